@@ -1,0 +1,45 @@
+"""Defective candidate: replays the first answer for every later input of the same shape.
+
+Defect: the first call per shape is computed correctly by the Triton kernel
+and stored in a dict keyed by ``x.shape``; later calls with that shape
+return a clone of the cached tensor without looking at the new input.
+Gates that must reject it: ORD-02 / CMP-01 (fresh inputs on repeated calls).
+Expected verdict: REJECT.
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    x = x - tl.max(x, axis=0)
+    num = tl.exp(x)
+    out = num / tl.sum(num, axis=0)
+    tl.store(out_ptr + row * out_row_stride + cols, out, mask=mask)
+
+
+class ModelNew(nn.Module):
+    """Row softmax (dim=1) with a per-shape result "cache"."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cache: dict[torch.Size, torch.Tensor] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape in self._cache:  # DEFECT: ignores the new input's values
+            return self._cache[x.shape].clone()
+        x = x.contiguous()
+        n_rows, n_cols = x.shape
+        out = torch.empty_like(x)
+        _softmax_kernel[(n_rows,)](
+            x, out, x.stride(0), out.stride(0), n_cols, BLOCK=triton.next_power_of_2(n_cols)
+        )
+        self._cache[x.shape] = out.clone()
+        return out

@@ -1,0 +1,40 @@
+"""Defective candidate: forward crashes the process with SIGSEGV.
+
+Defect: forward reads address 0 through ``ctypes.string_at(0)``, which
+kills the interpreter with a segmentation fault.
+Gate that must reject it: RES-01 (the worker dies by a signal).
+Expected verdict: REJECT.
+"""
+
+import ctypes
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    x = x - tl.max(x, axis=0)
+    num = tl.exp(x)
+    out = num / tl.sum(num, axis=0)
+    tl.store(out_ptr + row * out_row_stride + cols, out, mask=mask)
+
+
+class ModelNew(nn.Module):
+    """Row softmax (dim=1) that segfaults."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ctypes.string_at(0)  # DEFECT: NULL dereference -> SIGSEGV
+        x = x.contiguous()
+        n_rows, n_cols = x.shape
+        out = torch.empty_like(x)
+        _softmax_kernel[(n_rows,)](
+            x, out, x.stride(0), out.stride(0), n_cols, BLOCK=triton.next_power_of_2(n_cols)
+        )
+        return out

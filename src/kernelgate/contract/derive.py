@@ -1,0 +1,117 @@
+"""Derive a contract from a KernelBench reference program.
+
+Which module-level sizes may vary is found by re-running the *reference* with each size
+rebound to probe values: a size varies if the reference still builds inputs, constructs and
+runs at every probe. The candidate is never consulted. Tensor dims are named after the size
+whose rebinding moves them; dims that no size moves are literal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kernelgate.contract.spec import (
+    Contract,
+    Dim,
+    ErrorModelSpec,
+    OutputSpec,
+    Postcondition,
+    Provenance,
+    ScalarSpec,
+    TensorSpec,
+)
+from kernelgate.formats.kernelbench import ReferenceProgram
+from kernelgate.oracle.fp64 import flatten_outputs
+from kernelgate.sandbox.wire import dtype_name
+
+PROBE_NUMEL_LIMIT = 1 << 24  # skip probes that would build inputs larger than this
+
+
+def _shapes(values: list[Any]) -> list[tuple[int, ...] | None]:
+    return [tuple(v.shape) if isinstance(v, torch.Tensor) else None for v in values]
+
+
+def _probes(reference: int) -> list[int]:
+    return sorted({p for p in (1, 3, reference + 1) if p != reference and p >= 1})
+
+
+@torch.no_grad()
+def _runs_at(program: ReferenceProgram, name: str, value: int, ref_numel: int) -> tuple[bool, Any]:
+    """Whether the reference works with ``name`` rebound to ``value``; and its input shapes."""
+    with program.rebound(**{name: value}):
+        try:
+            inputs = program.inputs(seed=42)
+            numel = sum(v.numel() for v in inputs if isinstance(v, torch.Tensor))
+            if numel > max(PROBE_NUMEL_LIMIT, 2 * ref_numel):
+                return False, None
+            model = program.build_model(program.init_inputs())
+            flatten_outputs(model(*inputs))
+        except Exception:
+            return False, None
+    return True, _shapes(inputs)
+
+
+def derive_contract(program: ReferenceProgram) -> Contract:
+    inputs = program.inputs(seed=42)
+    model = program.build_model(program.init_inputs())
+    with torch.no_grad():
+        outputs = flatten_outputs(model(*inputs))
+    base_shapes = _shapes(inputs)
+    ref_numel = sum(v.numel() for v in inputs if isinstance(v, torch.Tensor))
+
+    dims: list[Dim] = []
+    symbol: dict[tuple[int, int], str] = {}  # (input index, axis) -> dim name
+    for name, value in program.sizes.items():
+        if value < 1:
+            continue
+        moved: set[tuple[int, int]] = set()
+        works = True
+        for probe in _probes(value):
+            ok, shapes = _runs_at(program, name, probe, ref_numel)
+            if not ok:
+                works = False
+                continue
+            for i, (before, after) in enumerate(zip(base_shapes, shapes)):
+                if before is not None and after is not None and len(before) == len(after):
+                    moved |= {(i, axis) for axis, (a, b) in enumerate(zip(before, after)) if a != b}
+        if not moved:
+            continue  # not a size of any input (a hyperparameter, or a weight size only)
+        dims.append(Dim(name=name, reference=value, min=1, varies=works))
+        for key in moved:
+            symbol.setdefault(key, name)
+
+    specs: list[TensorSpec | ScalarSpec] = []
+    for i, value in enumerate(inputs):
+        if isinstance(value, torch.Tensor):
+            specs.append(
+                TensorSpec(
+                    name=f"arg{i}",
+                    shape=[symbol.get((i, axis), size) for axis, size in enumerate(value.shape)],
+                    dtypes=[dtype_name(value.dtype)],
+                    integer_values=None if value.is_floating_point() else "reference",
+                )
+            )
+        else:
+            specs.append(ScalarSpec(name=f"arg{i}", value=value))
+    out_specs = [
+        OutputSpec(name=f"out{k}", shape=list(o.shape), dtype=dtype_name(o.dtype))
+        for k, o in enumerate(outputs)
+        if isinstance(o, torch.Tensor)
+    ]
+    return Contract(
+        name=program.path.stem,
+        dims=dims,
+        inputs=specs,
+        outputs=out_specs,
+        postcondition=Postcondition(
+            reference=str(program.path), error_model=ErrorModelSpec("ensemble")
+        ),
+        provenance=Provenance(
+            source="derived",
+            detail=f"derived from KernelBench reference {program.path.name} by rebinding its "
+            f"module-level sizes ({', '.join(program.sizes) or 'none'}) and re-running it",
+            reference_sha256=program.sha256,
+        ),
+    )

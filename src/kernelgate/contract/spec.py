@@ -1,0 +1,166 @@
+"""Contract types: what a kernel must do, stated independently of any candidate.
+
+A contract has four parts (see DESIGN.md): preconditions (the input domain), postconditions
+(reference semantics, error model, exceptional-value policy), execution constraints and
+provenance. The JSON form is versioned by ``CONTRACT_SCHEMA``; bump it on any change that an
+older reader would misread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from kernelgate.serde import Serializable
+
+CONTRACT_SCHEMA = "kernelgate.contract/1"
+
+
+class Layout(StrEnum):
+    """Memory layouts an input may arrive in. ``contiguous`` is always admitted."""
+
+    CONTIGUOUS = "contiguous"
+    OFFSET = "offset"  # contiguous, but the storage offset breaks 16-byte alignment
+    STRIDED = "strided"  # a slice with a step along some dim
+    TRANSPOSED = "transposed"  # dims permuted (non-unit innermost stride)
+    EXPANDED = "expanded"  # broadcast: a stride of 0
+
+
+class ValueDomain(StrEnum):
+    """Which floating-point values a tensor input may hold."""
+
+    FINITE = "finite"
+    IEEE = "ieee"  # NaN and +-Inf admitted; the postcondition says how they propagate
+
+
+class ExceptionalPolicy(StrEnum):
+    """How non-finite values must travel from inputs to outputs."""
+
+    PROPAGATE = "ieee-propagate"  # the fp64 oracle's non-finite mask is the law
+    UNSPECIFIED = "unspecified"  # EXC-01 is skipped: the contract promises nothing
+
+
+class FlushPolicy(StrEnum):
+    """Whether subnormal inputs and outputs must be preserved or may be flushed to zero."""
+
+    PRESERVE = "preserve"
+    FLUSH_ALLOWED = "flush-allowed"
+
+
+@dataclass
+class Dim(Serializable):
+    """A symbolic size: ``name in [min, max]`` and ``name % multiple_of == 0``.
+
+    ``reference`` is the value at the reference shape. ``max=None`` means no stated upper
+    bound: gates that draw large sizes pick them within the memory they have.
+    """
+
+    name: str
+    reference: int
+    min: int = 1
+    max: int | None = None
+    multiple_of: int = 1
+    varies: bool = True
+
+    def admits(self, value: int) -> bool:
+        if not self.varies:
+            return value == self.reference
+        if value < self.min or (self.max is not None and value > self.max):
+            return False
+        return value % self.multiple_of == 0
+
+
+@dataclass
+class TensorSpec(Serializable):
+    """One tensor input: its dims (names of ``Dim`` or literal sizes), dtypes and layouts."""
+
+    name: str
+    shape: list[str | int]
+    dtypes: list[str]
+    layouts: list[Layout] = field(default_factory=lambda: [Layout.CONTIGUOUS, Layout.OFFSET])
+    values: ValueDomain = ValueDomain.IEEE
+    may_alias: bool = False
+    integer_values: str | None = (
+        None  # how integer tensors are drawn: "reference" = as get_inputs does
+    )
+
+
+@dataclass
+class ScalarSpec(Serializable):
+    """A non-tensor positional input, fixed at the value the reference passes."""
+
+    name: str
+    value: Any
+
+
+@dataclass
+class OutputSpec(Serializable):
+    name: str
+    shape: list[str | int]
+    dtype: str
+
+
+@dataclass
+class ErrorModelSpec(Serializable):
+    """Which error model derives the tolerance, and its inputs (see ``oracle.error_models``)."""
+
+    name: str = "ensemble"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Postcondition(Serializable):
+    reference: str  # what the oracle evaluates: a file path, or a library op id
+    error_model: ErrorModelSpec = field(default_factory=ErrorModelSpec)
+    exceptional: ExceptionalPolicy = ExceptionalPolicy.PROPAGATE
+    flush: FlushPolicy = FlushPolicy.PRESERVE
+    in_place: list[str] = field(default_factory=list)  # inputs the kernel may write
+
+
+@dataclass
+class ResourceBudget(Serializable):
+    """Per-kernel limits; the defaults are the H100/H200 hardware limits."""
+
+    registers_per_thread: int = 255
+    shared_memory_bytes: int = 227 * 1024
+    spill_bytes: int = 0
+
+
+@dataclass
+class ExecutionConstraints(Serializable):
+    deterministic: bool = True
+    no_out_of_bounds: bool = True
+    no_data_race: bool = True
+    budget: ResourceBudget = field(default_factory=ResourceBudget)
+
+
+@dataclass
+class Provenance(Serializable):
+    """Where the contract came from, so a verdict can say what it rests on."""
+
+    source: str  # "derived" | "library" | "file"
+    detail: str
+    reference_sha256: str | None = None
+
+
+@dataclass
+class Contract(Serializable):
+    name: str
+    dims: list[Dim]
+    inputs: list[TensorSpec | ScalarSpec]
+    outputs: list[OutputSpec]
+    postcondition: Postcondition
+    execution: ExecutionConstraints = field(default_factory=ExecutionConstraints)
+    provenance: Provenance = field(default_factory=lambda: Provenance("file", "unspecified"))
+    schema: str = CONTRACT_SCHEMA
+
+    def dim(self, name: str) -> Dim:
+        for dim in self.dims:
+            if dim.name == name:
+                return dim
+        raise KeyError(f"contract {self.name!r} has no dim {name!r}")
+
+    @property
+    def tensor_inputs(self) -> list[TensorSpec]:
+        return [spec for spec in self.inputs if isinstance(spec, TensorSpec)]

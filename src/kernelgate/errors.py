@@ -1,0 +1,21 @@
+"""Errors that end a run before any gate can judge (exit code 2 on the command line).
+
+They carry a one-line message that says what is wrong and what to do; the CLI prints it
+without a traceback.
+"""
+
+
+class KernelgateError(Exception):
+    """Base: a usage or harness error, not a verdict about the candidate."""
+
+
+class ReferenceError_(KernelgateError):
+    """The reference program cannot be read or run."""
+
+
+class CandidateLoadError(KernelgateError):
+    """The candidate file cannot be parsed, lacks ``ModelNew``, or fails to import/construct."""
+
+
+class ContractError(KernelgateError):
+    """A contract file is malformed or does not fit the reference."""

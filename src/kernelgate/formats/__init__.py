@@ -1,0 +1,1 @@
+"""Readers for the formats candidates and references arrive in."""

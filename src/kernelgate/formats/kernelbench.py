@@ -1,0 +1,150 @@
+"""KernelBench programs: a reference (``Model``, ``get_inputs``, ``get_init_inputs``) and a
+candidate defining ``ModelNew``.
+
+The reference is trusted and runs in the judge. The candidate is hostile: here it is only
+parsed (``ast``), never executed; the worker imports it.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import importlib.util
+import random
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+
+from kernelgate.errors import CandidateLoadError, ReferenceError_
+
+KERNELBENCH_SEED = 42
+
+
+def set_seed(seed: int) -> None:
+    """Seed every generator the way KernelBench's harness does before building models."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def _read_source(path: Path, role: str, error: type[Exception]) -> str:
+    if not path.is_file():
+        raise error(f"{role} file not found: {path}")
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"cannot read {role} file {path}: {exc}") from None
+
+
+def _parse(source: str, path: Path, role: str, error: type[Exception]) -> ast.Module:
+    try:
+        return ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        raise error(f"{role} {path} has a syntax error at line {exc.lineno}: {exc.msg}") from None
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def check_candidate_source(path: str | Path) -> str:
+    """Parse a candidate without running it; return its source or raise CandidateLoadError."""
+    path = Path(path)
+    source = _read_source(path, "candidate", CandidateLoadError)
+    tree = _parse(source, path, "candidate", CandidateLoadError)
+    if "ModelNew" not in _top_level_names(tree):
+        raise CandidateLoadError(
+            f"candidate {path} defines no top-level `ModelNew`; a KernelBench candidate must "
+            "define `class ModelNew(nn.Module)` with the reference Model's constructor"
+        )
+    return source
+
+
+@dataclass
+class ReferenceProgram:
+    """A loaded KernelBench reference. ``sizes`` are its module-level integer constants."""
+
+    path: Path
+    source: str
+    module: ModuleType
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {
+            name: value
+            for name, value in vars(self.module).items()
+            if not name.startswith("_") and type(value) is int and name.isidentifier()
+        }
+
+    @contextlib.contextmanager
+    def rebound(self, **sizes: int) -> Iterator[None]:
+        """Temporarily rebind module-level sizes, so ``get_inputs`` builds other shapes."""
+        saved = {name: getattr(self.module, name) for name in sizes}
+        try:
+            for name, value in sizes.items():
+                setattr(self.module, name, value)
+            yield
+        finally:
+            for name, value in saved.items():
+                setattr(self.module, name, value)
+
+    def init_inputs(self) -> list[Any]:
+        set_seed(KERNELBENCH_SEED)
+        return list(self.module.get_init_inputs())
+
+    def build_model(self, init_inputs: list[Any]) -> torch.nn.Module:
+        set_seed(KERNELBENCH_SEED)
+        return self.module.Model(*init_inputs)
+
+    def inputs(self, seed: int) -> list[Any]:
+        set_seed(seed)
+        return list(self.module.get_inputs())
+
+
+def load_reference(path: str | Path) -> ReferenceProgram:
+    """Import a KernelBench reference in the judge (it is trusted) and check its shape."""
+    path = Path(path)
+    source = _read_source(path, "reference", ReferenceError_)
+    tree = _parse(source, path, "reference", ReferenceError_)
+    missing = {"Model", "get_inputs", "get_init_inputs"} - _top_level_names(tree)
+    if missing:
+        raise ReferenceError_(
+            f"reference {path} lacks {', '.join(sorted(missing))}; a KernelBench reference "
+            "defines `Model`, `get_inputs()` and `get_init_inputs()`"
+        )
+    name = f"kernelgate_reference_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise ReferenceError_(
+            f"reference {path} failed to import: {type(exc).__name__}: {exc}"
+        ) from None
+    return ReferenceProgram(path=path, source=source, module=module)

@@ -1,0 +1,70 @@
+"""CMP-01: correct over many input distributions at the reference shape."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult
+from kernelgate.gates.outputs import structure_findings
+from kernelgate.inputs.distributions import DISTRIBUTIONS
+from kernelgate.oracle.error_models import assess_ensemble
+
+
+class ValuesGate(Gate):
+    id: ClassVar[str] = "CMP-01"
+    kind: ClassVar[GateKind] = GateKind.THRESHOLDED
+    title: ClassVar[str] = "values over input distributions"
+
+    def run(self, ctx: GateContext) -> GateResult:
+        per_distribution: dict[str, Any] = {}
+        first_failure: GateResult | None = None
+        worst = 0.0
+        model_params: dict[str, Any] = {}
+        for index, distribution in enumerate(DISTRIBUTIONS):
+            case = ctx.drawn_case(
+                f"distribution={distribution}", ctx.case_seed(self.id, index), distribution
+            )
+            run = ctx.run(self.id, case)
+            expected, honest = ctx.expected(case), ctx.honest(case)
+            structure = structure_findings(run.outputs, expected, honest["native-eager"])
+            if structure:
+                per_distribution[distribution] = {"structure": structure}
+                first_failure = first_failure or self.failed(
+                    ctx,
+                    f"output structure differs from the reference ({case.label})",
+                    run,
+                    structure,
+                )
+                continue
+            ratios = []
+            for k, (want, got) in enumerate(zip(expected, run.outputs)):
+                if not hasattr(want, "shape"):
+                    continue
+                assessment = assess_ensemble(want, got, {name: r[k] for name, r in honest.items()})
+                model_params = assessment.params
+                ratios.append(assessment.worst_ratio)
+                if not assessment.passed and first_failure is None:
+                    first_failure = self.failed(
+                        ctx,
+                        f"error exceeds the ensemble bound on {case.label}, output {k}: "
+                        f"worst error/bound {assessment.worst_ratio:.3g}",
+                        run,
+                        assessment.mismatches,
+                    )
+            worst_here = max(ratios, default=0.0)
+            worst = max(worst, worst_here)
+            per_distribution[distribution] = {"worst_error_over_bound": worst_here}
+        evidence = {
+            "error_model": "ensemble",
+            "model_params_last_case": model_params,
+            "worst_error_over_bound": worst,
+            "per_distribution": per_distribution,
+        }
+        if first_failure is not None:
+            first_failure.evidence = evidence
+            return first_failure
+        return self.passed(
+            f"{len(DISTRIBUTIONS)} distributions within the ensemble bound "
+            f"(worst error/bound {worst:.3g})",
+            evidence,
+        )

@@ -1,0 +1,116 @@
+"""EXC-01: NaN and +-Inf travel from inputs to outputs exactly as the fp64 oracle says."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from kernelgate.contract.spec import TensorSpec, ValueDomain
+from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult
+from kernelgate.gates.outputs import structure_findings
+from kernelgate.inputs.specials import inject
+from kernelgate.oracle.compare import (
+    MAX_POSITIONS,
+    ValueClass,
+    first_positions,
+    scalar,
+    value_classes,
+)
+
+# (special kind, whole-row) per trial: scattered single kinds, then whole rows.
+TRIALS = [("nan", False), ("+inf", False), ("-inf", False), ("mixed", True), ("nan", True)]
+
+
+class NonFiniteGate(Gate):
+    id: ClassVar[str] = "EXC-01"
+    kind: ClassVar[GateKind] = GateKind.EXACT
+    title: ClassVar[str] = "non-finite propagation"
+
+    def run(self, ctx: GateContext) -> GateResult:
+        if not ctx.propagates_specials:
+            return self.skipped("the contract's exceptional-value policy promises nothing")
+        targets = self._injectable(ctx)
+        if not targets:
+            return self.skipped("no floating-point input admits NaN or Inf under the contract")
+        judged = excluded = 0
+        for index, (kind, whole_row) in enumerate(TRIALS):
+            seed = ctx.case_seed(self.id, index)
+            case = ctx.drawn_case(f"inject={kind}{' whole-row' if whole_row else ''}", seed)
+            case.values = [
+                inject(v, kind, seed + 7919 * i, whole_row=whole_row) if i in targets else v
+                for i, v in enumerate(case.values)
+            ]
+            run = ctx.run(self.id, case)
+            expected, honest = ctx.expected(case), ctx.honest(case)
+            structure = structure_findings(run.outputs, expected, honest["native-eager"])
+            if structure:
+                return self.failed(
+                    ctx, "output structure differs from the reference", run, structure
+                )
+            for k, (want, got) in enumerate(zip(expected, run.outputs)):
+                if not isinstance(want, torch.Tensor) or not got.is_floating_point():
+                    continue
+                want_classes = value_classes(want.to(got.dtype))
+                agree = torch.ones(want.shape, dtype=torch.bool)
+                for honest_run in honest.values():
+                    agree &= value_classes(honest_run[k]) == want_classes
+                got_classes = value_classes(got)
+                bad = agree & (got_classes != want_classes)
+                judged += int(agree.sum())
+                excluded += int((~agree).sum())
+                if bad.any():
+                    findings = [
+                        self._finding(k, pos, want, got, want_classes, got_classes)
+                        for pos in first_positions(bad)[:MAX_POSITIONS]
+                    ]
+                    return self.failed(
+                        ctx,
+                        f"{int(bad.sum())} output position(s) of output {k} have the wrong "
+                        f"IEEE class on {case.label}",
+                        run,
+                        findings,
+                        {"mismatched_positions": int(bad.sum()), "judged_positions": judged},
+                    )
+        return self.passed(
+            f"non-finite mask and kinds equal the oracle's at {judged} positions over "
+            f"{len(TRIALS)} injections",
+            {
+                "judged_positions": judged,
+                "excluded_honest_disagreement": excluded,
+                "trials": [f"{k}{' whole-row' if w else ''}" for k, w in TRIALS],
+            },
+        )
+
+    @staticmethod
+    def _injectable(ctx: GateContext) -> set[int]:
+        specs = ctx.contract.inputs
+        return {
+            i
+            for i, v in enumerate(ctx.template)
+            if isinstance(v, torch.Tensor)
+            and v.is_floating_point()
+            and not (
+                i < len(specs)
+                and isinstance(specs[i], TensorSpec)
+                and specs[i].values is ValueDomain.FINITE
+            )
+        }
+
+    @staticmethod
+    def _finding(
+        k: int,
+        pos: tuple[int, ...],
+        want: torch.Tensor,
+        got: torch.Tensor,
+        want_classes: torch.Tensor,
+        got_classes: torch.Tensor,
+    ) -> dict[str, Any]:
+        return {
+            "output": k,
+            "output_position": list(pos),
+            "expected_class": ValueClass(int(want_classes[pos])).name,
+            "actual_class": ValueClass(int(got_classes[pos])).name,
+            "expected": scalar(want[pos]),
+            "actual": scalar(got[pos]),
+        }

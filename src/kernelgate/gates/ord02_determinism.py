@@ -1,0 +1,77 @@
+"""ORD-02: bitwise identical outputs across repeats, new addresses and interleaved inputs."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult, Run
+from kernelgate.oracle.compare import bitwise_mismatches, scalar
+
+# Which case each call runs, and how many bytes the worker holds first (to move addresses).
+SEQUENCE = [("A", 0), ("A", 4096 + 192), ("B", 0), ("A", 65536 + 64), ("B", 1 << 20)]
+
+
+class DeterminismGate(Gate):
+    id: ClassVar[str] = "ORD-02"
+    kind: ClassVar[GateKind] = GateKind.EXACT
+    title: ClassVar[str] = "determinism and no stale state"
+
+    def run(self, ctx: GateContext) -> GateResult:
+        cases = {
+            name: ctx.drawn_case(f"input {name}", ctx.case_seed(self.id, i))
+            for i, name in enumerate("AB")
+        }
+        first: dict[str, Run] = {}
+        for call, (name, hold) in enumerate(SEQUENCE):
+            run = ctx.run(self.id, cases[name], hold_bytes=hold)
+            if name not in first:
+                first[name] = run
+                continue
+            for k, (a, b) in enumerate(zip(first[name].outputs, run.outputs)):
+                if not isinstance(a, torch.Tensor):
+                    continue
+                positions = bitwise_mismatches(a, b)
+                if positions:
+                    findings = [
+                        {
+                            "output": k,
+                            "output_position": list(p),
+                            "first_call": scalar(a[p]),
+                            f"call_{call}": scalar(b[p]),
+                        }
+                        for p in positions
+                        if p
+                    ]
+                    return self.failed(
+                        ctx,
+                        f"output {k} differs bitwise between two calls on {cases[name].label}",
+                        run,
+                        findings or [{"output": k, "problem": "shape or dtype changed"}],
+                        {"sequence": [n for n, _ in SEQUENCE]},
+                    )
+        stale = self._stale(ctx, cases["A"], cases["B"], first["A"], first["B"])
+        if stale is not None:
+            return stale
+        return self.passed(
+            f"{len(SEQUENCE)} calls (repeats at new addresses, interleaved inputs) bitwise stable",
+            {"sequence": [n for n, _ in SEQUENCE], "hold_bytes": [h for _, h in SEQUENCE]},
+        )
+
+    def _stale(self, ctx: GateContext, case_a, case_b, run_a: Run, run_b: Run) -> GateResult | None:
+        """Different inputs whose oracle outputs differ must not give identical outputs."""
+        for k, (a, b) in enumerate(zip(run_a.outputs, run_b.outputs)):
+            if not isinstance(a, torch.Tensor) or a.shape != b.shape:
+                continue
+            want_a = ctx.expected(case_a)[k].to(a.dtype)
+            want_b = ctx.expected(case_b)[k].to(a.dtype)
+            if bitwise_mismatches(want_a, want_b) and not bitwise_mismatches(a, b):
+                return self.failed(
+                    ctx,
+                    f"output {k} for input B is bitwise the output for input A, though the "
+                    "oracle's differ: a stale or cached answer",
+                    run_b,
+                    [{"output": k, "problem": "stale answer", "identical_to": case_a.label}],
+                )
+        return None

@@ -1,0 +1,52 @@
+"""Structural checks every value-comparing gate makes before comparing values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kernelgate.sandbox.wire import dtype_name
+
+
+def structure_findings(
+    actual: list[Any], expected: list[Any], native: list[Any]
+) -> list[dict[str, Any]]:
+    """Differences in output count, kind, shape and dtype (the dtype is the reference's own)."""
+    if len(actual) != len(expected):
+        return [{"problem": "output count", "expected": len(expected), "actual": len(actual)}]
+    findings: list[dict[str, Any]] = []
+    for index, (got, want, dtype_of) in enumerate(zip(actual, expected, native)):
+        if isinstance(want, torch.Tensor) != isinstance(got, torch.Tensor):
+            findings.append(
+                {
+                    "output": index,
+                    "problem": "kind",
+                    "expected": type(want).__name__,
+                    "actual": type(got).__name__,
+                }
+            )
+        elif isinstance(want, torch.Tensor):
+            if tuple(got.shape) != tuple(want.shape):
+                findings.append(
+                    {
+                        "output": index,
+                        "problem": "shape",
+                        "expected": list(want.shape),
+                        "actual": list(got.shape),
+                    }
+                )
+            elif got.dtype != dtype_of.dtype:
+                findings.append(
+                    {
+                        "output": index,
+                        "problem": "dtype",
+                        "expected": dtype_name(dtype_of.dtype),
+                        "actual": dtype_name(got.dtype),
+                    }
+                )
+    return findings
+
+
+def tensor_outputs(outputs: list[Any]) -> list[tuple[int, Any]]:
+    return [(i, o) for i, o in enumerate(outputs) if isinstance(o, torch.Tensor)]

@@ -1,0 +1,1 @@
+"""Seeded input generation: value distributions, special values, layouts and guard bands."""

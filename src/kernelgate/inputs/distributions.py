@@ -1,0 +1,84 @@
+"""Value distributions for floating-point inputs, each a seeded draw in float64.
+
+CMP-01 runs the candidate on all of them at the reference shape: a kernel that is right on
+``randn`` but wrong on large magnitudes, heavy tails, one-signed data, exact integers or
+cancellation shows it here. Magnitudes scale with the dtype so nothing overflows on input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+Draw = Callable[[torch.Generator, tuple[int, ...], torch.dtype], torch.Tensor]
+
+
+def _large_scale(dtype: torch.dtype) -> float:
+    return min(1e4, float(torch.finfo(dtype).max) ** 0.25)
+
+
+def _tiny_scale(dtype: torch.dtype) -> float:
+    return max(1e-4, float(torch.finfo(dtype).tiny) ** 0.25)
+
+
+def _normal(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(shape, generator=g, dtype=torch.float64)
+
+
+def _uniform(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1
+
+
+def _large(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return _normal(g, shape, dtype) * _large_scale(dtype)
+
+
+def _tiny(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return _normal(g, shape, dtype) * _tiny_scale(dtype)
+
+
+def _heavy_tailed(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Student-t with 2 degrees of freedom (infinite variance), clipped to the large scale."""
+    z = _normal(g, shape, dtype)
+    chi2 = torch.randn((2, *shape), generator=g, dtype=torch.float64).pow(2).sum(0)
+    limit = _large_scale(dtype)
+    return (z / (chi2 / 2).sqrt().clamp_min(1e-12)).clamp(-limit, limit)
+
+
+def _one_signed(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return _normal(g, shape, dtype).abs() + 0.01
+
+
+def _integer_valued(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.randint(-8, 9, shape, generator=g).to(torch.float64)
+
+
+def _cancellation(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Large values that cancel in pairs along the last dim, plus small residue."""
+    if not shape or shape[-1] < 2:
+        return _normal(g, shape, dtype)
+    big = _normal(g, shape, dtype) * _large_scale(dtype) ** 0.5
+    half = shape[-1] // 2
+    big[..., half : 2 * half] = -big[..., :half]
+    residue = _normal(g, shape, dtype)
+    order = torch.argsort(torch.rand(shape, generator=g), dim=-1)
+    return torch.gather(big, -1, order) + residue
+
+
+DISTRIBUTIONS: dict[str, Draw] = {
+    "normal": _normal,
+    "uniform": _uniform,
+    "large": _large,
+    "tiny": _tiny,
+    "heavy-tailed": _heavy_tailed,
+    "one-signed": _one_signed,
+    "integer-valued": _integer_valued,
+    "cancellation": _cancellation,
+}
+
+
+def draw(name: str, seed: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Values of ``dtype`` (rounded from float64) from distribution ``name``."""
+    generator = torch.Generator().manual_seed(seed)
+    return DISTRIBUTIONS[name](generator, tuple(shape), dtype).to(dtype)

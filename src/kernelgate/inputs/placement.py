@@ -1,0 +1,104 @@
+"""Where an input tensor lives: a storage with poisoned guard bands around the view.
+
+Every tensor the judge sends sits inside a larger storage. The bytes before and after the
+view (the guard bands) hold a poison pattern; after the call the judge checks they are
+intact (no out-of-bounds write) and, by changing the poison between runs, that the output
+does not depend on them (no out-of-bounds read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kernelgate.oracle.compare import bitwise_mismatches
+from kernelgate.sandbox.wire import WireTensor, dtype_name
+
+GUARD_BYTES = 16 * 1024
+POISONS = (0xFF, 0x5A)  # all-ones bytes are NaN in every float dtype; 0x5A... is finite
+
+
+def poison_fill(storage: torch.Tensor, byte: int) -> None:
+    storage.view(torch.uint8).fill_(byte)
+
+
+@dataclass
+class PlacedTensor:
+    """A logical input value placed in a guarded storage (CPU, judge side)."""
+
+    storage: torch.Tensor
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    poison: int
+    layout: str = "contiguous"
+
+    @classmethod
+    def place(
+        cls,
+        values: torch.Tensor,
+        *,
+        poison: int = POISONS[0],
+        guard_bytes: int = GUARD_BYTES,
+        shift_elements: int = 0,
+    ) -> PlacedTensor:
+        """Copy ``values`` into a fresh contiguous view surrounded by poisoned guard bands.
+
+        ``shift_elements`` moves the view off the guard's 16-byte alignment (CMP-02).
+        """
+        values = values.detach().cpu()
+        itemsize = values.element_size()
+        guard = -(-guard_bytes // itemsize)
+        numel = values.numel()
+        storage = torch.empty(2 * guard + shift_elements + numel, dtype=values.dtype)
+        poison_fill(storage, poison)
+        offset = guard + shift_elements
+        shape = tuple(values.shape)
+        stride = tuple(torch.empty(shape, dtype=values.dtype).stride())
+        placed = cls(storage, shape, stride, offset, poison)
+        placed.view().copy_(values)
+        return placed
+
+    def view(self) -> torch.Tensor:
+        return self.storage.as_strided(self.shape, self.stride, self.offset)
+
+    @property
+    def extent(self) -> int:
+        if any(s == 0 for s in self.shape):
+            return 0
+        return 1 + sum((size - 1) * step for size, step in zip(self.shape, self.stride))
+
+    def as_wire(self) -> WireTensor:
+        return WireTensor(self.storage, self.shape, self.stride, self.offset)
+
+    def describe(self) -> dict[str, Any]:
+        itemsize = self.storage.element_size()
+        return {
+            "shape": list(self.shape),
+            "stride": list(self.stride),
+            "dtype": dtype_name(self.storage.dtype),
+            "storage_offset": self.offset,
+            "byte_misalignment_16": (self.offset * itemsize) % 16,
+            "layout": self.layout,
+        }
+
+
+def guard_damage(sent: PlacedTensor, returned: WireTensor) -> list[int]:
+    """Storage indices (elements) outside the view whose bytes changed during the call."""
+    before, after = sent.storage.view(torch.uint8), returned.storage.view(torch.uint8)
+    if before.numel() != after.numel():
+        return [-1]
+    itemsize = sent.storage.element_size()
+    inside = torch.zeros(sent.storage.numel(), dtype=torch.bool)
+    if sent.extent:
+        inside.as_strided(sent.shape, sent.stride, sent.offset).fill_(True)
+    changed = (before != after).view(-1, itemsize).any(dim=1)
+    return torch.nonzero(changed & ~inside).flatten().tolist()[:16]
+
+
+def view_bytes_changed(sent: PlacedTensor, returned: WireTensor) -> list[tuple[int, ...]]:
+    """Positions of the logical input whose bytes changed during the call."""
+    after = returned.storage.as_strided(sent.shape, sent.stride, sent.offset)
+    return bitwise_mismatches(sent.view(), after)

@@ -1,0 +1,75 @@
+"""Exact comparisons: value classes and bitwise equality, position by position.
+
+Everything here runs in the judge on tensors rebuilt from raw bytes, so a candidate that
+monkeypatches ``torch.equal`` or ``Tensor.__eq__`` in its own process changes nothing.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import torch
+
+MAX_POSITIONS = 8
+
+
+class ValueClass(IntEnum):
+    """IEEE class of a value, as EXC-01 and EXC-02 compare them."""
+
+    FINITE = 0
+    NAN = 1
+    POS_INF = 2
+    NEG_INF = 3
+
+
+def value_classes(tensor: torch.Tensor) -> torch.Tensor:
+    """Per-element ``ValueClass`` codes (int8); integer tensors are all FINITE."""
+    classes = torch.zeros(tensor.shape, dtype=torch.int8)
+    if not (tensor.is_floating_point() or tensor.is_complex()):
+        return classes
+    t = tensor.detach().cpu()
+    classes[torch.isnan(t)] = ValueClass.NAN
+    classes[t == float("inf")] = ValueClass.POS_INF
+    classes[t == float("-inf")] = ValueClass.NEG_INF
+    return classes
+
+
+def element_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """``[numel, itemsize]`` uint8 view of a tensor's elements in logical order."""
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    return flat.view(torch.uint8).view(flat.numel(), flat.element_size())
+
+
+def bitwise_mismatches(a: torch.Tensor, b: torch.Tensor) -> list[tuple[int, ...]]:
+    """Logical positions where ``a`` and ``b`` differ in any byte (shapes must agree)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return [()]
+    if a.numel() == 0:
+        return []
+    differs = (element_bytes(a) != element_bytes(b)).any(dim=1)
+    return unravel(torch.nonzero(differs).flatten()[:MAX_POSITIONS], a.shape)
+
+
+def unravel(
+    flat_indices: torch.Tensor, shape: torch.Size | tuple[int, ...]
+) -> list[tuple[int, ...]]:
+    positions = []
+    for flat in flat_indices.tolist():
+        index = []
+        for size in reversed(shape):
+            index.append(flat % size)
+            flat //= size
+        positions.append(tuple(reversed(index)))
+    return positions
+
+
+def first_positions(mask: torch.Tensor) -> list[tuple[int, ...]]:
+    return unravel(torch.nonzero(mask.reshape(-1)).flatten()[:MAX_POSITIONS], mask.shape)
+
+
+def scalar(value: torch.Tensor) -> float | str:
+    """A JSON-friendly rendering of one element for counterexamples."""
+    v = value.item()
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return repr(v)
+    return v

@@ -1,0 +1,82 @@
+"""The float64 oracle and the honest evaluations that the ensemble error model measures.
+
+The reference model is built the way KernelBench builds it (seed 42 before
+``get_init_inputs`` and before ``Model``), so the weights are bit-for-bit those the
+candidate's ``ModelNew`` gets in the worker. The oracle is a float64 copy of that model
+applied to float64 copies of the exact input values the candidate receives.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelgate.formats.kernelbench import ReferenceProgram
+
+
+def flatten_outputs(value: Any) -> list[Any]:
+    """A model's return value as a flat list (tensors, scalars), in order."""
+    if isinstance(value, list | tuple):
+        return [item for v in value for item in flatten_outputs(v)]
+    return [value]
+
+
+def _cast(value: Any, dtype: torch.dtype | None, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        value = value.to(device)
+        if dtype is not None and value.is_floating_point():
+            value = value.to(dtype)
+        return value
+    if isinstance(value, list | tuple):
+        return type(value)(_cast(v, dtype, device) for v in value)
+    return value
+
+
+@dataclass
+class Oracle:
+    """Evaluates the trusted reference: in float64 (the law) and honestly in native dtypes."""
+
+    program: ReferenceProgram
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    def __post_init__(self) -> None:
+        self.init_inputs = self.program.init_inputs()
+        self.model = self.program.build_model(self.init_inputs).eval()
+        self.model64 = copy.deepcopy(self.model).to(self.device, torch.float64).eval()
+        self.model_native = self.model.to(self.device)
+        self._cpu32: torch.nn.Module | None = None
+
+    @torch.no_grad()
+    def expected(self, inputs: list[Any]) -> list[Any]:
+        """The reference in float64 on the exact input values (results on the CPU)."""
+        outputs = self.model64(*_cast(inputs, torch.float64, self.device))
+        return [_cast(o, None, torch.device("cpu")) for o in flatten_outputs(outputs)]
+
+    @torch.no_grad()
+    def native(self, inputs: list[Any]) -> list[Any]:
+        """The reference eagerly in the inputs' own dtypes on the oracle's device."""
+        outputs = self.model_native(*_cast(inputs, None, self.device))
+        return [_cast(o, None, torch.device("cpu")) for o in flatten_outputs(outputs)]
+
+    @torch.no_grad()
+    def cpu_fp32(self, inputs: list[Any]) -> list[Any]:
+        """The reference in float32 on the CPU: an honest evaluation independent of device."""
+        if self._cpu32 is None:
+            self._cpu32 = copy.deepcopy(self.model).to("cpu", torch.float32).eval()
+        outputs = self._cpu32(*_cast(inputs, torch.float32, torch.device("cpu")))
+        return flatten_outputs(outputs)
+
+    def honest(self, inputs: list[Any]) -> dict[str, list[Any]]:
+        """Independent honest evaluations, named, for the ensemble error model."""
+        runs = {"native-eager": self.native(inputs)}
+        if self.device.type != "cpu" or any(
+            isinstance(t, torch.Tensor)
+            and t.dtype not in (torch.float32, torch.float64)
+            and t.is_floating_point()
+            for t in inputs
+        ):
+            runs["cpu-fp32"] = self.cpu_fp32(inputs)
+        return runs

@@ -1,0 +1,94 @@
+"""``verify``: reference + candidate -> contract -> gates -> verdict.
+
+The reference and the oracle run here, in the judge. The candidate runs only in the worker
+that ``WorkerSession`` owns; what comes back is bytes, judged here.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from kernelgate.contract.derive import derive_contract
+from kernelgate.contract.spec import Contract
+from kernelgate.errors import KernelgateError
+from kernelgate.formats.kernelbench import check_candidate_source, load_reference
+from kernelgate.gates import GATE_IDS, GATES
+from kernelgate.gates.base import GateContext, GateResult, run_gate
+from kernelgate.oracle.fp64 import Oracle
+from kernelgate.sandbox.session import WorkerSession
+from kernelgate.verdict import Verdict, combine, environment
+
+DEFAULT_TIMEOUT = 60.0
+
+
+def resolve_device(device: str) -> str:
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise KernelgateError(f"unknown device {device!r}; use cpu or cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise KernelgateError(
+            "--device cuda was asked for, but no CUDA device is visible; use --device cpu"
+        )
+    return device
+
+
+def verify(
+    reference: str | Path,
+    candidate: str | Path,
+    contract: Contract | None = None,
+    device: str = "cpu",
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    seed: int = 0,
+    only: Sequence[str] | None = None,
+    on_gate: Callable[[GateResult], None] | None = None,
+) -> Verdict:
+    """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
+
+    Raises ``KernelgateError`` for usage or harness errors (bad files, missing ``Model`` or
+    ``ModelNew``, a candidate that does not load); every behaviour of a loaded candidate,
+    crashes and hangs included, becomes a gate result instead.
+    """
+    started = time.monotonic()
+    device = resolve_device(device)
+    unknown = set(only or ()) - set(GATE_IDS)
+    if unknown:
+        raise KernelgateError(
+            f"unknown gate(s) {', '.join(sorted(unknown))}; known: {', '.join(GATE_IDS)}"
+        )
+    program = load_reference(reference)
+    check_candidate_source(candidate)
+    contract = contract or derive_contract(program)
+    oracle = Oracle(program, torch.device(device))
+    replay = ["kernelgate", "verify", str(reference), str(candidate), "--device", device]
+    session = WorkerSession(Path(candidate), oracle.init_inputs, device=device, timeout=timeout)
+    results: list[GateResult] = []
+    with session:
+        ctx = GateContext(
+            contract=contract, oracle=oracle, session=session, seed=seed, replay=replay
+        )
+        for gate_cls in GATES:
+            gate = gate_cls()
+            if only and gate.id not in only and not gate.always_runs:
+                result = gate.skipped("not selected (--only)")
+            else:
+                result = run_gate(gate, ctx)
+            results.append(result)
+            if on_gate is not None:
+                on_gate(result)
+    outcome, skipped = combine(results)
+    return Verdict(
+        verdict=outcome,
+        reference=str(reference),
+        candidate=str(candidate),
+        gates=results,
+        contract=contract.to_dict(),
+        environment=environment(device, str(oracle.device)) | {"judge_python": sys.executable},
+        seed=seed,
+        seconds=round(time.monotonic() - started, 2),
+        skipped=skipped,
+    )

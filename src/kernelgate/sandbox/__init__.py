@@ -1,0 +1,1 @@
+"""The trust boundary: candidate code runs only in a worker process; the judge sees bytes."""

@@ -1,0 +1,112 @@
+"""Poisoned, guarded allocation inside the worker.
+
+While a candidate call runs, ``torch.empty`` and its siblings hand out memory filled with a
+poison byte and surrounded by poisoned guard bands. An output the kernel never wrote then
+shows the poison (and differs between two poisons: MEM-01); a write past the end of a buffer
+lands in a guard band the judge inspects. On CUDA the caching allocator is flooded with the
+same poison so that allocations made from C++ (``torch::empty``) are poisoned too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_ORIGINAL: dict[str, Callable[..., torch.Tensor]] = {
+    "empty": torch.empty,
+    "empty_like": torch.empty_like,
+    "empty_strided": torch.empty_strided,
+    "new_empty": torch.Tensor.new_empty,
+}
+_UNSAFE_KWARGS = {"out", "pin_memory", "layout", "names"}
+
+
+@dataclass
+class GuardedAllocation:
+    base: torch.Tensor  # 1-D storage, guards included
+    guard: int  # elements before the view
+    extent: int  # elements the view spans
+
+
+class PoisonAllocator:
+    """Patches the ``empty`` family for the duration of ``active(poison, guard_bytes)``."""
+
+    def __init__(self) -> None:
+        self.allocations: list[GuardedAllocation] = []
+        self._byte = 0xFF
+        self._guard_bytes = 0
+
+    @contextlib.contextmanager
+    def active(self, byte: int, guard_bytes: int) -> Iterator[None]:
+        self.allocations = []
+        self._byte, self._guard_bytes = byte, guard_bytes
+        torch.empty = self._wrap("empty", lambda args, kw: kw.get("device"))
+        torch.empty_like = self._wrap(
+            "empty_like", lambda args, kw: kw.get("device", args[0].device)
+        )
+        torch.empty_strided = self._wrap("empty_strided", lambda args, kw: kw.get("device"))
+        torch.Tensor.new_empty = self._wrap(
+            "new_empty", lambda args, kw: kw.get("device", args[0].device)
+        )
+        try:
+            yield
+        finally:
+            torch.empty = _ORIGINAL["empty"]
+            torch.empty_like = _ORIGINAL["empty_like"]
+            torch.empty_strided = _ORIGINAL["empty_strided"]
+            torch.Tensor.new_empty = _ORIGINAL["new_empty"]
+
+    def _wrap(
+        self, name: str, device_of: Callable[[tuple[Any, ...], dict[str, Any]], Any]
+    ) -> Callable[..., torch.Tensor]:
+        original = _ORIGINAL[name]
+
+        def allocate(*args: Any, **kwargs: Any) -> torch.Tensor:
+            if _UNSAFE_KWARGS & kwargs.keys():
+                result = original(*args, **kwargs)
+                _fill(result, self._byte)
+                return result
+            try:
+                device = torch.device(device_of(args, kwargs) or torch.get_default_device())
+                template = original(*args, **{**kwargs, "device": "meta"})
+            except Exception:
+                return original(*args, **kwargs)
+            return self._guarded(template, device, kwargs.get("requires_grad", False))
+
+        allocate.__name__ = allocate.__qualname__ = name
+        allocate.__doc__ = original.__doc__
+        return allocate
+
+    def _guarded(self, template: torch.Tensor, device: torch.device, grad: bool) -> torch.Tensor:
+        itemsize = template.element_size()
+        guard = -(-self._guard_bytes // itemsize)
+        shape, stride = tuple(template.shape), tuple(template.stride())
+        extent = 0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+        base = _ORIGINAL["empty"](2 * guard + extent, dtype=template.dtype, device=device)
+        _fill(base, self._byte)
+        self.allocations.append(GuardedAllocation(base, guard, extent))
+        result = base.as_strided(shape, stride, guard)
+        return result.requires_grad_(grad) if grad else result
+
+
+def _fill(tensor: torch.Tensor, byte: int) -> None:
+    raw = _ORIGINAL["empty"](0, dtype=torch.uint8, device=tensor.device)
+    raw.set_(tensor.untyped_storage())
+    raw.fill_(byte)
+
+
+def flood_device_cache(device: torch.device, nbytes: int, byte: int) -> None:
+    """Leave ``nbytes`` of poisoned blocks in the CUDA caching allocator's free pool."""
+    if device.type != "cuda" or nbytes <= 0:
+        return
+    blocks = []
+    for size in (nbytes, nbytes // 4, 1 << 20, 1 << 16):
+        block = _ORIGINAL["empty"](max(size, 512), dtype=torch.uint8, device=device)
+        block.fill_(byte)
+        blocks.append(block)
+    torch.cuda.synchronize(device)
+    del blocks

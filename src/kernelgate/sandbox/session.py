@@ -1,0 +1,234 @@
+"""Judge side of the trust boundary: start, feed, time out and restart the worker.
+
+Every way a candidate can misbehave in its own process (an exception, a hang, ``os._exit``,
+a segfault, a sticky device fault, garbage on the protocol) comes back here as an
+``ExecutionIncident``: data for RES-01, never an exception that ends the judge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kernelgate
+from kernelgate.errors import CandidateLoadError
+from kernelgate.sandbox import wire
+
+
+@dataclass
+class ExecutionIncident(Exception):
+    """The candidate did not return normally from a call."""
+
+    kind: str  # "exception" | "timeout" | "crash" | "exit" | "device-fault" | "protocol"
+    detail: str
+    log_tail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
+@dataclass
+class CallResult:
+    outputs: Any  # decoded value: WireTensor, tuples/lists of them, or scalars
+    inputs_after: list[wire.WireTensor]
+    allocations: list[tuple[wire.WireTensor, int, int]]  # (storage, guard, extent)
+    seconds: float
+
+
+@dataclass
+class WorkerSession:
+    """One candidate loaded in one worker process, restarted after a crash."""
+
+    candidate: Path
+    init_inputs: list[Any]
+    device: str = "cpu"
+    timeout: float = 60.0
+    load_timeout: float = 600.0
+    calls: int = 0
+    starts: int = 0
+    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _to_worker: int = -1
+    _from_worker: int = -1
+    _log: Any = field(default=None, repr=False)
+
+    # -- life cycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Spawn a worker and load the candidate; a failure is a CandidateLoadError."""
+        self.close()
+        self.starts += 1
+        judge_read, worker_write = os.pipe()
+        worker_read, judge_write = os.pipe()
+        if self._log is not None:
+            self._log.close()
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the session
+        env = dict(os.environ)
+        src = str(Path(kernelgate.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kernelgate.sandbox.worker",
+                str(worker_read),
+                str(worker_write),
+            ],
+            pass_fds=(worker_read, worker_write),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+            env=env,
+            start_new_session=True,
+        )
+        os.close(worker_read)
+        os.close(worker_write)
+        self._to_worker, self._from_worker = judge_write, judge_read
+        blobs: list[bytes] = []
+        header = {
+            "op": "load",
+            "candidate": str(self.candidate.resolve()),
+            "device": self.device,
+            "init_inputs": wire.encode_value(self.init_inputs, blobs),
+        }
+        try:
+            reply, _ = self._exchange(header, blobs, self.load_timeout)
+        except ExecutionIncident as incident:
+            self.close()
+            raise CandidateLoadError(
+                f"candidate {self.candidate} could not be loaded: {incident}"
+            ) from None
+        if not reply.get("ok"):
+            self.close()
+            raise CandidateLoadError(
+                f"candidate {self.candidate} failed to load: {reply.get('error', 'unknown error')}"
+            )
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(OSError):
+                wire.send_frame(self._to_worker, {"op": "exit"})
+            try:
+                process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self._kill(process)
+        for fd in (self._to_worker, self._from_worker):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._to_worker = self._from_worker = -1
+
+    def __enter__(self) -> WorkerSession:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        if self._log is not None:
+            self._log.close()
+
+    # -- calls ----------------------------------------------------------------------------
+    def call(
+        self,
+        inputs: list[Any],
+        *,
+        poison: int,
+        guard_bytes: int,
+        hold_bytes: int = 0,
+    ) -> CallResult:
+        """Run ``ModelNew.forward(*inputs)`` once; raise ExecutionIncident if it misbehaves."""
+        if not self.alive:
+            self.start()
+        blobs: list[bytes] = []
+        header = {
+            "op": "call",
+            "inputs": wire.encode_value(inputs, blobs),
+            "poison": poison,
+            "guard_bytes": guard_bytes,
+            "hold_bytes": hold_bytes,
+        }
+        self.calls += 1
+        started = time.monotonic()
+        reply, reply_blobs = self._exchange(header, blobs, self.timeout)
+        seconds = time.monotonic() - started
+        if not reply.get("ok"):
+            kind = "device-fault" if reply.get("device_fault") else "exception"
+            raise ExecutionIncident(kind, str(reply.get("error")), str(reply.get("traceback", "")))
+        try:
+            outputs = wire.decode_value(reply["outputs"], reply_blobs)
+            after = [wire.decode_value(n, reply_blobs) for n in reply["inputs_after"]]
+            allocations = [
+                (wire.decode_value(n, reply_blobs), int(n["guard"]), int(n["extent"]))
+                for n in reply["allocations"]
+            ]
+        except (wire.WireError, KeyError, TypeError, ValueError) as exc:
+            self._kill_current()
+            raise ExecutionIncident("protocol", f"malformed reply from worker: {exc}") from None
+        return CallResult(outputs, after, allocations, seconds)
+
+    def _exchange(
+        self, header: dict[str, Any], blobs: list[bytes], timeout: float
+    ) -> tuple[dict[str, Any], list[bytes]]:
+        deadline = time.monotonic() + timeout
+        try:
+            wire.send_frame(self._to_worker, header, blobs)
+            return wire.recv_frame(self._from_worker, deadline)
+        except wire.PeerTimeout:
+            self._kill_current()
+            raise ExecutionIncident(
+                "timeout", f"no answer within {timeout:g} s (hang or runaway); worker killed"
+            ) from None
+        except (wire.PeerGone, BrokenPipeError):
+            raise self._death() from None
+        except wire.WireError as exc:
+            self._kill_current()
+            raise ExecutionIncident("protocol", str(exc)) from None
+
+    def _death(self) -> ExecutionIncident:
+        process = self._process
+        code = process.wait(timeout=10) if process is not None else None
+        tail = self.log_tail()
+        self.close()
+        if code is not None and code < 0:
+            name = (
+                signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else -code
+            )
+            return ExecutionIncident("crash", f"worker killed by signal {name}", tail)
+        if code == 3:
+            return ExecutionIncident("device-fault", "sticky device error; worker restarted", tail)
+        return ExecutionIncident("exit", f"worker exited with code {code} in mid-call", tail)
+
+    def _kill_current(self) -> None:
+        if self._process is not None:
+            self._kill(self._process)
+        self.close()
+
+    @staticmethod
+    def _kill(process: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+
+    def log_tail(self, limit: int = 2000) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0, os.SEEK_END)
+        size = self._log.tell()
+        self._log.seek(max(0, size - limit))
+        return self._log.read().decode(errors="replace")

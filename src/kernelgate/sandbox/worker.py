@@ -1,0 +1,160 @@
+"""The worker: the only process that imports candidate code.
+
+Run as ``python -m kernelgate.sandbox.worker IN_FD OUT_FD``. It reads frames from the judge
+(``load``, ``call``, ``exit``), runs the candidate and answers with raw storages. Its stdout
+is pointed at stderr before anything else happens, so nothing a candidate prints can be
+mistaken for protocol. The functions it relies on are bound before the candidate is
+imported, so patching ``torch`` from candidate code does not change what is sent back.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import traceback
+from typing import Any
+
+# Protocol first, candidate never: keep stray prints off the protocol descriptors.
+os.dup2(2, 1)
+
+import torch  # noqa: E402
+
+from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E402
+from kernelgate.sandbox import wire  # noqa: E402
+from kernelgate.sandbox.poison import PoisonAllocator, flood_device_cache  # noqa: E402
+
+# Bound now, before candidate code can patch them.
+_no_grad = torch.no_grad
+_synchronize = torch.cuda.synchronize
+_storage_bytes = wire.storage_bytes
+_encode_value = wire.encode_value
+_send, _recv = wire.send_frame, wire.recv_frame
+
+CANDIDATE_MODULE = "kernelgate_candidate"
+FLOOD_BYTES = 256 * 1024 * 1024
+
+
+class Worker:
+    def __init__(self, fd_in: int, fd_out: int) -> None:
+        self.fd_in, self.fd_out = fd_in, fd_out
+        self.model: Any = None
+        self.device = torch.device("cpu")
+        self.allocator = PoisonAllocator()
+        self.held: torch.Tensor | None = None
+
+    def serve(self) -> None:
+        while True:
+            try:
+                header, blobs = _recv(self.fd_in)
+            except wire.PeerGone:
+                return
+            op = header.get("op")
+            if op == "exit":
+                _send(self.fd_out, {"ok": True})
+                return
+            handler = {"load": self.load, "call": self.call}.get(op)
+            if handler is None:
+                _send(self.fd_out, {"ok": False, "error": f"unknown op {op!r}"})
+                continue
+            handler(header, blobs)
+
+    def _fail(self, phase: str, exc: BaseException) -> None:
+        device_fault = False
+        if self.device.type == "cuda":
+            try:
+                _synchronize(self.device)
+            except Exception:
+                device_fault = True
+        _send(
+            self.fd_out,
+            {
+                "ok": False,
+                "phase": phase,
+                "error": f"{type(exc).__name__}: {exc}"[:4000],
+                "traceback": traceback.format_exc()[-8000:],
+                "device_fault": device_fault,
+            },
+        )
+        if device_fault:  # a sticky device error poisons every later call: start afresh
+            os._exit(3)
+
+    def load(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        try:
+            self.device = torch.device(header["device"])
+            init_inputs = wire.decode_value(header["init_inputs"], blobs)
+            init_inputs = [_materialize(v, torch.device("cpu")) for v in init_inputs]
+            path = header["candidate"]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+            spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[CANDIDATE_MODULE] = module
+            spec.loader.exec_module(module)
+            model_cls = getattr(module, "ModelNew", None)
+            if model_cls is None:
+                raise AttributeError("candidate defines no ModelNew")
+            set_seed(KERNELBENCH_SEED)
+            self.model = model_cls(*init_inputs)
+            if isinstance(self.model, torch.nn.Module):
+                self.model = self.model.to(self.device)
+            if self.device.type == "cuda":
+                _synchronize(self.device)
+        except BaseException as exc:
+            self._fail("load", exc)
+            return
+        _send(self.fd_out, {"ok": True})
+
+    def call(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        try:
+            hold = int(header.get("hold_bytes", 0))
+            self.held = torch.empty(hold, dtype=torch.uint8, device=self.device) if hold else None
+            sent = wire.decode_value(header["inputs"], blobs)
+            storages: list[torch.Tensor] = []
+            inputs = [_materialize(v, self.device, storages) for v in sent]
+            poison, guard = int(header["poison"]), int(header["guard_bytes"])
+            flood_device_cache(self.device, FLOOD_BYTES, poison)
+            with _no_grad(), self.allocator.active(poison, guard):
+                outputs = self.model(*inputs)
+                if self.device.type == "cuda":
+                    _synchronize(self.device)
+        except BaseException as exc:
+            self._fail("call", exc)
+            return
+        out_blobs: list[bytes] = []
+        reply: dict[str, Any] = {"ok": True}
+        try:
+            reply["outputs"] = _encode_value(outputs, out_blobs)
+            reply["inputs_after"] = [_encode_value(s, out_blobs) for s in storages]
+            reply["allocations"] = [
+                _encode_value(a.base, out_blobs) | {"guard": a.guard, "extent": a.extent}
+                for a in self.allocator.allocations
+            ]
+        except BaseException as exc:
+            self._fail("encode", exc)
+            return
+        self.allocator.allocations = []
+        _send(self.fd_out, reply, out_blobs)
+
+
+def _materialize(
+    value: Any, device: torch.device, storages: list[torch.Tensor] | None = None
+) -> Any:
+    """Rebuild a sent value on ``device``: a tensor keeps its storage, guards and offset."""
+    if isinstance(value, wire.WireTensor):
+        storage = value.storage.to(device)
+        if storages is not None:
+            storages.append(storage)
+        return storage.as_strided(value.shape, value.stride, value.offset)
+    if isinstance(value, list | tuple):
+        return type(value)(_materialize(v, device, storages) for v in value)
+    return value
+
+
+def main() -> None:
+    fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
+    Worker(fd_in, fd_out).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The verdict: per-gate results, the verified domain, the skips, and what it rests on."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from kernelgate.gates.base import GateKind, GateResult, Status
+from kernelgate.serde import Serializable
+
+VERDICT_SCHEMA = "kernelgate.verdict/1"
+
+
+class Outcome(StrEnum):
+    VERIFIED = "verified"  # no gate failed on the declared domain
+    NARROWED = "narrowed"  # no gate failed on a stated sub-domain
+    REJECTED = "rejected"
+
+
+@dataclass
+class Verdict(Serializable):
+    verdict: Outcome
+    reference: str
+    candidate: str
+    gates: list[GateResult]
+    contract: dict[str, Any]
+    environment: dict[str, Any]
+    seed: int
+    seconds: float
+    skipped: list[str] = field(default_factory=list)  # "GATE: reason", never hidden
+    verified_domain: dict[str, Any] | None = None
+    schema: str = VERDICT_SCHEMA
+
+    @property
+    def failed_gates(self) -> list[str]:
+        return [g.id for g in self.gates if g.status is Status.FAIL]
+
+    def gate(self, gate_id: str) -> GateResult:
+        return next(g for g in self.gates if g.id == gate_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["tolerance_free"] = [g.id for g in self.gates if g.kind is GateKind.EXACT]
+        data["thresholded"] = [g.id for g in self.gates if g.kind is GateKind.THRESHOLDED]
+        data["failed_gates"] = self.failed_gates
+        return data
+
+
+def combine(gates: list[GateResult]) -> tuple[Outcome, list[str]]:
+    skipped = [f"{g.id}: {g.reason}" for g in gates if g.status is Status.SKIPPED]
+    if any(g.status is Status.FAIL for g in gates):
+        return Outcome.REJECTED, skipped
+    return Outcome.VERIFIED, skipped
+
+
+def environment(device: str, oracle_device: str) -> dict[str, Any]:
+    """The trusted computing base a verdict rests on."""
+    import torch
+    import triton
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "device": device,
+        "triton_interpreter": device == "cpu",
+        "oracle_device": oracle_device,
+        "oracle_dtype": "float64",
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name()
+        env["cuda"] = torch.version.cuda
+        try:
+            env["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            env["driver"] = "unknown"
+    return env
