@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(PY) -m kernelgate.demo
+	$(VENV)/bin/kernelgate demo examples/softmax
 
 test: setup
 	$(PY) -m pytest -q

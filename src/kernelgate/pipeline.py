@@ -16,7 +16,11 @@ import torch
 from kernelgate.contract.derive import derive_contract
 from kernelgate.contract.spec import Contract
 from kernelgate.errors import KernelgateError
-from kernelgate.formats.kernelbench import check_candidate_source, load_reference
+from kernelgate.formats.kernelbench import (
+    candidate_backend,
+    check_candidate_source,
+    load_reference,
+)
 from kernelgate.gates import GATE_IDS, GATES
 from kernelgate.gates.base import GateContext, GateResult, run_gate
 from kernelgate.oracle.fp64 import Oracle
@@ -45,7 +49,7 @@ def verify(
     timeout: float = DEFAULT_TIMEOUT,
     seed: int = 0,
     only: Sequence[str] | None = None,
-    on_gate: Callable[[GateResult], None] | None = None,
+    on_gate: Callable[[str, GateResult | None], None] | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -61,7 +65,12 @@ def verify(
             f"unknown gate(s) {', '.join(sorted(unknown))}; known: {', '.join(GATE_IDS)}"
         )
     program = load_reference(reference)
-    check_candidate_source(candidate)
+    backend = candidate_backend(check_candidate_source(candidate))
+    if backend == "cuda" and device == "cpu":
+        raise KernelgateError(
+            f"candidate {candidate} is a CUDA C++ extension and needs a GPU: "
+            "run it with --device cuda on a machine with one"
+        )
     contract = contract or derive_contract(program)
     oracle = Oracle(program, torch.device(device))
     replay = ["kernelgate", "verify", str(reference), str(candidate), "--device", device]
@@ -73,13 +82,15 @@ def verify(
         )
         for gate_cls in GATES:
             gate = gate_cls()
+            if on_gate is not None:
+                on_gate(gate.id, None)
             if only and gate.id not in only and not gate.always_runs:
                 result = gate.skipped("not selected (--only)")
             else:
                 result = run_gate(gate, ctx)
             results.append(result)
             if on_gate is not None:
-                on_gate(result)
+                on_gate(gate.id, result)
     outcome, skipped = combine(results)
     return Verdict(
         verdict=outcome,
@@ -87,7 +98,8 @@ def verify(
         candidate=str(candidate),
         gates=results,
         contract=contract.to_dict(),
-        environment=environment(device, str(oracle.device)) | {"judge_python": sys.executable},
+        environment=environment(device, str(oracle.device))
+        | {"judge_python": sys.executable, "candidate_backend": backend},
         seed=seed,
         seconds=round(time.monotonic() - started, 2),
         skipped=skipped,

@@ -39,18 +39,25 @@ def _probes(reference: int) -> list[int]:
 
 @torch.no_grad()
 def _runs_at(program: ReferenceProgram, name: str, value: int, ref_numel: int) -> tuple[bool, Any]:
-    """Whether the reference works with ``name`` rebound to ``value``; and its input shapes."""
+    """Whether the reference runs with ``name`` rebound to ``value``, and the shapes it made.
+
+    The shapes are returned even when the model rejects the inputs, so a size that moves an
+    input dim but that the reference cannot run at is still named (as a fixed dim).
+    """
     with program.rebound(**{name: value}):
         try:
             inputs = program.inputs(seed=42)
-            numel = sum(v.numel() for v in inputs if isinstance(v, torch.Tensor))
-            if numel > max(PROBE_NUMEL_LIMIT, 2 * ref_numel):
-                return False, None
-            model = program.build_model(program.init_inputs())
-            flatten_outputs(model(*inputs))
         except Exception:
             return False, None
-    return True, _shapes(inputs)
+        numel = sum(v.numel() for v in inputs if isinstance(v, torch.Tensor))
+        if numel > max(PROBE_NUMEL_LIMIT, 2 * ref_numel):
+            return False, None
+        try:
+            model = program.build_model(program.init_inputs())
+            outputs = _shapes(flatten_outputs(model(*inputs)))
+        except Exception:
+            return False, (_shapes(inputs), [])
+    return True, (_shapes(inputs), outputs)
 
 
 def derive_contract(program: ReferenceProgram) -> Contract:
@@ -58,24 +65,29 @@ def derive_contract(program: ReferenceProgram) -> Contract:
     model = program.build_model(program.init_inputs())
     with torch.no_grad():
         outputs = flatten_outputs(model(*inputs))
-    base_shapes = _shapes(inputs)
+    base_shapes = (_shapes(inputs), _shapes(outputs))
     ref_numel = sum(v.numel() for v in inputs if isinstance(v, torch.Tensor))
 
     dims: list[Dim] = []
-    symbol: dict[tuple[int, int], str] = {}  # (input index, axis) -> dim name
+    # (0 for inputs / 1 for outputs, index, axis) -> dim name
+    symbol: dict[tuple[int, int, int], str] = {}
     for name, value in program.sizes.items():
         if value < 1:
             continue
-        moved: set[tuple[int, int]] = set()
+        moved: set[tuple[int, int, int]] = set()
         works = True
         for probe in _probes(value):
             ok, shapes = _runs_at(program, name, probe, ref_numel)
-            if not ok:
-                works = False
+            works &= ok
+            if shapes is None:
                 continue
-            for i, (before, after) in enumerate(zip(base_shapes, shapes)):
-                if before is not None and after is not None and len(before) == len(after):
-                    moved |= {(i, axis) for axis, (a, b) in enumerate(zip(before, after)) if a != b}
+            for side in (0, 1):
+                for i, (before, after) in enumerate(zip(base_shapes[side], shapes[side])):
+                    if before is None or after is None or len(before) != len(after):
+                        continue
+                    moved |= {
+                        (side, i, axis) for axis, (a, b) in enumerate(zip(before, after)) if a != b
+                    }
         if not moved:
             continue  # not a size of any input (a hyperparameter, or a weight size only)
         dims.append(Dim(name=name, reference=value, min=1, varies=works))
@@ -88,7 +100,7 @@ def derive_contract(program: ReferenceProgram) -> Contract:
             specs.append(
                 TensorSpec(
                     name=f"arg{i}",
-                    shape=[symbol.get((i, axis), size) for axis, size in enumerate(value.shape)],
+                    shape=[symbol.get((0, i, axis), size) for axis, size in enumerate(value.shape)],
                     dtypes=[dtype_name(value.dtype)],
                     integer_values=None if value.is_floating_point() else "reference",
                 )
@@ -96,7 +108,11 @@ def derive_contract(program: ReferenceProgram) -> Contract:
         else:
             specs.append(ScalarSpec(name=f"arg{i}", value=value))
     out_specs = [
-        OutputSpec(name=f"out{k}", shape=list(o.shape), dtype=dtype_name(o.dtype))
+        OutputSpec(
+            name=f"out{k}",
+            shape=[symbol.get((1, k, axis), size) for axis, size in enumerate(o.shape)],
+            dtype=dtype_name(o.dtype),
+        )
         for k, o in enumerate(outputs)
         if isinstance(o, torch.Tensor)
     ]

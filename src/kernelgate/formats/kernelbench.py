@@ -66,6 +66,15 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def candidate_backend(source: str) -> str:
+    """What the candidate is written in: "cuda" (C++ extension), "triton" or "torch"."""
+    if "load_inline" in source or "cpp_extension" in source or "RawKernel" in source:
+        return "cuda"
+    if "triton" in source:
+        return "triton"
+    return "torch"
+
+
 def check_candidate_source(path: str | Path) -> str:
     """Parse a candidate without running it; return its source or raise CandidateLoadError."""
     path = Path(path)

@@ -100,11 +100,16 @@ def _fill(tensor: torch.Tensor, byte: int) -> None:
 
 
 def flood_device_cache(device: torch.device, nbytes: int, byte: int) -> None:
-    """Leave ``nbytes`` of poisoned blocks in the CUDA caching allocator's free pool."""
+    """Leave poisoned blocks in the CUDA caching allocator's free pools.
+
+    Large blocks of decreasing size fill the large pool; many 512 KiB blocks fill whole
+    2 MiB segments of the small pool (allocations up to 1 MiB are served from there).
+    """
     if device.type != "cuda" or nbytes <= 0:
         return
+    sizes = [nbytes >> shift for shift in range(0, 8, 2)] + [512 * 1024] * 64
     blocks = []
-    for size in (nbytes, nbytes // 4, 1 << 20, 1 << 16):
+    for size in sizes:
         block = _ORIGINAL["empty"](max(size, 512), dtype=torch.uint8, device=device)
         block.fill_(byte)
         blocks.append(block)

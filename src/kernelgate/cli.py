@@ -1,0 +1,227 @@
+"""The ``kernelgate`` command line.
+
+Exit codes: 0 verified, 1 rejected, 3 narrowed, 2 usage or harness error (one line on
+stderr, no traceback; set KERNELGATE_DEBUG=1 to see one).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kernelgate.errors import KernelgateError
+from kernelgate.gates import GATE_IDS
+from kernelgate.gates.base import GateResult, Status
+from kernelgate.verdict import Outcome, Verdict
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Contract-grade verification of GPU kernels against a float64 oracle.",
+)
+console = Console()
+errors = Console(stderr=True)
+
+EXIT_CODES = {Outcome.VERIFIED: 0, Outcome.REJECTED: 1, Outcome.NARROWED: 3}
+STATUS_STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIPPED: "yellow"}
+VERDICT_STYLE = {
+    Outcome.VERIFIED: "bold green",
+    Outcome.REJECTED: "bold red",
+    Outcome.NARROWED: "bold yellow",
+}
+
+DeviceOption = Annotated[str, typer.Option("--device", help="cpu (Triton interpreter) or cuda")]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", min=1.0, help="seconds one candidate call may take")
+]
+
+
+def fail(message: str) -> None:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(2)
+
+
+def gate_table(verdict: Verdict) -> Table:
+    table = Table(title=f"{Path(verdict.candidate).name} vs {Path(verdict.reference).name}")
+    table.add_column("gate")
+    table.add_column("kind")
+    table.add_column("status")
+    table.add_column("seconds", justify="right")
+    table.add_column("reason / evidence", overflow="fold")
+    for gate in verdict.gates:
+        reason = gate.reason
+        if gate.counterexample is not None:
+            reason += f"\nreplay: {gate.counterexample.replay}"
+        table.add_row(
+            gate.id,
+            gate.kind.value,
+            f"[{STATUS_STYLE[gate.status]}]{gate.status.value}[/]",
+            f"{gate.seconds:.1f}",
+            reason,
+        )
+    return table
+
+
+@app.command("verify")
+def verify_command(
+    reference: Annotated[
+        Path, typer.Argument(help="KernelBench reference: Model, get_inputs, get_init_inputs")
+    ],
+    candidate: Annotated[Path, typer.Argument(help="candidate file defining ModelNew")],
+    device: DeviceOption = "cpu",
+    timeout: TimeoutOption = 60.0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the evidence here")] = None,
+    contract_file: Annotated[
+        Path | None,
+        typer.Option("--contract", help="a contract file (TOML or JSON) instead of deriving one"),
+    ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help=f"run only these gates ({', '.join(GATE_IDS)})"),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="base seed of every generated case")] = 0,
+) -> None:
+    """Verify CANDIDATE against REFERENCE and print the gates and the verdict."""
+    from kernelgate.contract.load import load_contract
+    from kernelgate.pipeline import verify
+
+    contract = load_contract(contract_file) if contract_file else None
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} gates"),
+        TimeElapsedColumn(),
+        console=errors,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("loading reference and candidate", total=len(GATE_IDS))
+
+        def on_gate(gate_id: str, result: GateResult | None) -> None:
+            if result is None:
+                progress.update(task, description=f"running {gate_id}")
+            else:
+                progress.advance(task)
+
+        verdict = verify(
+            reference,
+            candidate,
+            contract=contract,
+            device=device,
+            timeout=timeout,
+            seed=seed,
+            only=only,
+            on_gate=on_gate,
+        )
+    console.print(gate_table(verdict))
+    style = VERDICT_STYLE[verdict.verdict]
+    failed = ", ".join(verdict.failed_gates)
+    console.print(
+        f"verdict: [{style}]{verdict.verdict.value}[/]"
+        + (f" (failed: {failed})" if failed else "")
+        + f"  in {verdict.seconds:.1f} s"
+    )
+    if verdict.skipped:
+        console.print(
+            f"[yellow]{len(verdict.skipped)} gate(s) skipped[/]: " + "; ".join(verdict.skipped),
+            highlight=False,
+        )
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(verdict.to_json())
+        console.print(f"evidence written to {json_out}")
+    raise typer.Exit(EXIT_CODES[verdict.verdict])
+
+
+@app.command("contract")
+def contract_command(
+    reference: Annotated[Path, typer.Argument(help="KernelBench reference program")],
+) -> None:
+    """Print the contract derived from REFERENCE (JSON)."""
+    from kernelgate.contract.derive import derive_contract
+    from kernelgate.formats.kernelbench import load_reference
+
+    print(derive_contract(load_reference(reference)).to_json())
+
+
+@app.command("demo")
+def demo_command(
+    folder: Annotated[Path, typer.Argument(help="example folder with expected.toml")] = Path(
+        "examples/softmax"
+    ),
+    device: DeviceOption = "cpu",
+    timeout: TimeoutOption = 10.0,
+) -> None:
+    """Verify every example candidate and check each got the verdict it should."""
+    from kernelgate.demo import read_expectations
+    from kernelgate.pipeline import verify
+
+    reference, expectations = read_expectations(folder)
+    table = Table(title=f"kernelgate demo: {folder} ({device})")
+    for column in ("candidate", "expected", "verdict", "failed gates", "seconds", "as expected"):
+        table.add_column(column)
+    all_met = True
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=errors,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("verifying", total=len(expectations))
+        for expectation in expectations:
+            progress.update(task, description=f"verifying {expectation.file.name}")
+            verdict = verify(reference, expectation.file, device=device, timeout=timeout)
+            met = expectation.met_by(verdict)
+            all_met &= met
+            wanted = expectation.verdict + (f" by {expectation.gate}" if expectation.gate else "")
+            table.add_row(
+                expectation.file.name,
+                wanted,
+                f"[{VERDICT_STYLE[verdict.verdict]}]{verdict.verdict.value}[/]",
+                ", ".join(verdict.failed_gates) or "-",
+                f"{verdict.seconds:.1f}",
+                "[green]yes[/]" if met else "[bold red]NO[/]",
+            )
+            progress.advance(task)
+    console.print(table)
+    console.print(
+        "[bold green]every example got its expected verdict[/]"
+        if all_met
+        else "[bold red]some examples did not get their expected verdict[/]"
+    )
+    raise typer.Exit(0 if all_met else 1)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=True)
+    except KernelgateError as exc:
+        errors.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        errors.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:
+        if os.environ.get("KERNELGATE_DEBUG"):
+            raise
+        errors.print(
+            f"[bold red]internal error:[/] {type(exc).__name__}: {exc} "
+            "(set KERNELGATE_DEBUG=1 for the traceback)",
+            highlight=False,
+        )
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

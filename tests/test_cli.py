@@ -1,0 +1,94 @@
+"""The command line: exit codes, one-line errors, the JSON evidence."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import DATA, ROOT, SOFTMAX
+
+REFERENCE = str(SOFTMAX / "reference.py")
+
+
+def kernelgate(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "kernelgate.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+
+
+def test_verified_exits_zero_and_writes_evidence(tmp_path: Path) -> None:
+    out = tmp_path / "evidence.json"
+    result = kernelgate("verify", REFERENCE, str(SOFTMAX / "honest.py"), "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "verified" in result.stdout
+    evidence = json.loads(out.read_text())
+    assert evidence["schema"] == "kernelgate.verdict/1"
+    assert evidence["verdict"] == "verified"
+    assert {g["id"] for g in evidence["gates"]} == {
+        "CMP-01",
+        "EXC-01",
+        "ORD-02",
+        "MEM-01",
+        "RES-01",
+    }
+    assert all(g["status"] == "pass" for g in evidence["gates"])
+    assert evidence["contract"]["schema"] == "kernelgate.contract/1"
+    assert evidence["environment"]["triton_interpreter"] is True
+    assert "EXC-01" in evidence["tolerance_free"] and "CMP-01" in evidence["thresholded"]
+
+
+def test_rejected_exits_one_with_counterexample(tmp_path: Path) -> None:
+    out = tmp_path / "evidence.json"
+    result = kernelgate("verify", REFERENCE, str(SOFTMAX / "nan_swallow.py"), "--json", str(out))
+    assert result.returncode == 1
+    gate = next(g for g in json.loads(out.read_text())["gates"] if g["id"] == "EXC-01")
+    assert gate["status"] == "fail"
+    example = gate["counterexample"]
+    assert example["seed"] > 0 and example["inputs"][0]["shape"] == [30, 1000]
+    assert example["findings"][0]["expected_class"] == "NAN"
+    assert example["replay"].startswith("kernelgate verify")
+
+
+@pytest.mark.parametrize(
+    ("candidate", "message"),
+    [
+        (DATA / "syntax_error.py", "syntax error"),
+        (DATA / "no_modelnew.py", "defines no top-level `ModelNew`"),
+        (DATA / "import_error.py", "failed to load"),
+        (DATA / "does_not_exist.py", "not found"),
+        (DATA / "cuda_extension.py", "needs a GPU"),
+    ],
+    ids=["syntax", "no-modelnew", "import-error", "missing-file", "cuda-on-cpu"],
+)
+def test_harness_errors_exit_two_without_traceback(candidate: Path, message: str) -> None:
+    result = kernelgate("verify", REFERENCE, str(candidate))
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_bad_reference_and_unknown_gate_exit_two() -> None:
+    result = kernelgate("verify", str(DATA / "no_modelnew.py"), str(SOFTMAX / "honest.py"))
+    assert result.returncode == 2 and "lacks get_init_inputs, get_inputs" in result.stderr
+    result = kernelgate("verify", REFERENCE, str(SOFTMAX / "honest.py"), "--only", "XYZ-99")
+    assert result.returncode == 2 and "unknown gate" in result.stderr
+
+
+def test_contract_command_prints_symbolic_dims() -> None:
+    result = kernelgate("contract", REFERENCE)
+    assert result.returncode == 0
+    contract = json.loads(result.stdout)
+    assert contract["inputs"][0]["shape"] == ["batch_size", "dim"]
+    assert contract["provenance"]["source"] == "derived"

@@ -1,0 +1,108 @@
+"""Contracts: derivation from a reference, the versioned JSON form, TOML files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelgate.contract import CONTRACT_SCHEMA, Contract, derive_contract, load_contract
+from kernelgate.contract.spec import Dim, Layout, TensorSpec
+from kernelgate.errors import ContractError
+from kernelgate.formats.kernelbench import load_reference
+
+from .conftest import SOFTMAX
+
+FIXED_SIZE_REFERENCE = """
+import torch
+N = 64
+HIDDEN = 8
+
+class Model(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(8, hidden))
+
+    def forward(self, x):
+        assert x.shape[1] == 8, "the width is fixed by the weight"
+        return x @ self.weight
+
+def get_inputs():
+    return [torch.randn(N, HIDDEN)]
+
+def get_init_inputs():
+    return [HIDDEN]
+"""
+
+
+def test_softmax_contract_names_its_dims() -> None:
+    contract = derive_contract(load_reference(SOFTMAX / "reference.py"))
+    assert [d.name for d in contract.dims] == ["batch_size", "dim"]
+    assert all(d.varies and d.min == 1 for d in contract.dims)
+    assert contract.inputs[0].shape == ["batch_size", "dim"]
+    assert contract.outputs[0].shape == ["batch_size", "dim"]
+    assert contract.provenance.source == "derived"
+    assert contract.provenance.reference_sha256
+
+
+def test_a_size_the_reference_rejects_is_fixed(tmp_path: Path) -> None:
+    path = tmp_path / "ref.py"
+    path.write_text(FIXED_SIZE_REFERENCE)
+    contract = derive_contract(load_reference(path))
+    dims = {d.name: d for d in contract.dims}
+    assert dims["N"].varies is True
+    assert dims["HIDDEN"].varies is False  # the weight pins it; found by running the reference
+
+
+def test_json_roundtrip_is_lossless() -> None:
+    contract = derive_contract(load_reference(SOFTMAX / "reference.py"))
+    again = Contract.from_json(contract.to_json())
+    assert again == contract
+    assert again.schema == CONTRACT_SCHEMA
+    assert (
+        isinstance(again.inputs[0], TensorSpec) and again.inputs[0].layouts[0] is Layout.CONTIGUOUS
+    )
+
+
+def test_toml_contract(tmp_path: Path) -> None:
+    path = tmp_path / "softmax.toml"
+    path.write_text("""
+name = "softmax"
+[[dims]]
+name = "rows"
+reference = 30
+[[dims]]
+name = "cols"
+reference = 1000
+max = 16777216
+[[inputs]]
+name = "x"
+shape = ["rows", "cols"]
+dtypes = ["float32"]
+values = "finite"
+[[outputs]]
+name = "y"
+shape = ["rows", "cols"]
+dtype = "float32"
+[postcondition]
+reference = "torch.softmax(x, dim=1)"
+""")
+    contract = load_contract(path)
+    assert contract.dim("cols") == Dim("cols", 1000, max=16777216)
+    assert contract.inputs[0].values.value == "finite"
+    assert contract.provenance.source == "file"
+
+
+def test_malformed_contracts_say_what_is_wrong(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'name = "x"\ndims = []\ninputs = []\noutputs = []\nsurprise = 1\n'
+        '[postcondition]\nreference = "r"\n'
+    )
+    with pytest.raises(ContractError, match="unknown field"):
+        load_contract(bad)
+    bad.write_text("name = ")
+    with pytest.raises(ContractError, match="not valid TOML"):
+        load_contract(bad)
+    with pytest.raises(ContractError, match="not found"):
+        load_contract(tmp_path / "missing.toml")

@@ -1,0 +1,54 @@
+"""The oracle and the ensemble error model: honest noise passes, real errors fail."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelgate.formats.kernelbench import load_reference
+from kernelgate.oracle.compare import ValueClass, bitwise_mismatches, value_classes
+from kernelgate.oracle.error_models import SAFETY, assess_ensemble, unit_roundoff
+from kernelgate.oracle.fp64 import Oracle
+
+from .conftest import SOFTMAX
+
+
+def test_oracle_is_float64_on_the_exact_values() -> None:
+    oracle = Oracle(load_reference(SOFTMAX / "reference.py"))
+    x = torch.randn(30, 1000)
+    (expected,) = oracle.expected([x])
+    assert expected.dtype == torch.float64
+    assert torch.equal(expected, torch.softmax(x.double(), dim=1))
+
+
+def test_ensemble_bound_separates_noise_from_defects() -> None:
+    x = torch.randn(64, 257, dtype=torch.float64)
+    ref = torch.softmax(x, dim=1)
+    honest = torch.softmax(x.float(), dim=1)
+    other_order = torch.exp(x.float() - x.float().amax(1, keepdim=True)) / torch.exp(
+        x.float() - x.float().amax(1, keepdim=True)
+    ).sum(1, keepdim=True)
+    assert assess_ensemble(ref, other_order, {"eager": honest}).passed
+    off_by_one_ulp_x100 = honest * (1 + 100 * SAFETY.ensemble * unit_roundoff(torch.float32))
+    assessment = assess_ensemble(ref, off_by_one_ulp_x100, {"eager": honest})
+    assert not assessment.passed and assessment.mismatches
+    assert assessment.params["safety"] == SAFETY.ensemble
+
+
+def test_nan_where_oracle_is_finite_is_infinite_error() -> None:
+    ref = torch.ones(4, dtype=torch.float64)
+    got = torch.tensor([1.0, float("nan"), 1.0, 1.0])
+    assessment = assess_ensemble(ref, got, {"eager": got.clone().fill_(1.0)})
+    assert assessment.worst_ratio == float("inf")
+    assert assessment.mismatches[0]["output_position"] == [1]
+
+
+def test_value_classes_and_bitwise() -> None:
+    t = torch.tensor([0.0, float("nan"), float("inf"), -float("inf")])
+    assert value_classes(t).tolist() == [
+        ValueClass.FINITE,
+        ValueClass.NAN,
+        ValueClass.POS_INF,
+        ValueClass.NEG_INF,
+    ]
+    assert bitwise_mismatches(torch.tensor([0.0]), torch.tensor([-0.0])) == [(0,)]
+    assert bitwise_mismatches(t, t.clone()) == []
