@@ -23,6 +23,7 @@ import torch
 from kernelgate.contract.spec import Contract, ExceptionalPolicy
 from kernelgate.inputs.distributions import draw
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
+from kernelgate.oracle.error_models import Assessment, assess_ensemble
 from kernelgate.oracle.fp64 import Oracle, flatten_outputs
 from kernelgate.sandbox.session import CallResult, ExecutionIncident, WorkerSession
 from kernelgate.sandbox.wire import WireTensor, dtype_name
@@ -173,6 +174,15 @@ class GateContext:
         if key not in self._honest:
             self._honest[key] = self.oracle.honest(case.values)
         return self._honest[key]
+
+    def assess(self, case: Case, output_index: int, actual: torch.Tensor) -> Assessment:
+        """Judge one candidate output of ``case`` under the contract's error model.
+
+        Every thresholded gate goes through here, so the error model is chosen in one place.
+        """
+        expected = self.expected(case)[output_index]
+        honest = {name: runs[output_index] for name, runs in self.honest(case).items()}
+        return assess_ensemble(expected, actual, honest)
 
     def run(
         self,

@@ -7,7 +7,6 @@ from typing import Any, ClassVar
 from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult
 from kernelgate.gates.outputs import structure_findings
 from kernelgate.inputs.distributions import DISTRIBUTIONS
-from kernelgate.oracle.error_models import assess_ensemble
 
 
 class ValuesGate(Gate):
@@ -40,13 +39,13 @@ class ValuesGate(Gate):
             for k, (want, got) in enumerate(zip(expected, run.outputs)):
                 if not hasattr(want, "shape"):
                     continue
-                assessment = assess_ensemble(want, got, {name: r[k] for name, r in honest.items()})
+                assessment = ctx.assess(case, k, got)
                 model_params = assessment.params
                 ratios.append(assessment.worst_ratio)
                 if not assessment.passed and first_failure is None:
                     first_failure = self.failed(
                         ctx,
-                        f"error exceeds the ensemble bound on {case.label}, output {k}: "
+                        f"error exceeds the {assessment.model} bound on {case.label}, output {k}: "
                         f"worst error/bound {assessment.worst_ratio:.3g}",
                         run,
                         assessment.mismatches,
