@@ -27,7 +27,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Contract-grade verification of GPU kernels against a float64 oracle.",
 )
-console = Console()
+# Logs and CI are not terminals: give tables room instead of rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else 140)
 errors = Console(stderr=True)
 
 EXIT_CODES = {Outcome.VERIFIED: 0, Outcome.REJECTED: 1, Outcome.NARROWED: 3}
@@ -201,6 +202,55 @@ def demo_command(
         else "[bold red]some examples did not get their expected verdict[/]"
     )
     raise typer.Exit(0 if all_met else 1)
+
+
+@app.command("audit")
+def audit_command(
+    source: Annotated[
+        Path, typer.Argument(help="corpus: CUDA-L1 .jsonl, KernelBench run folder, pairs folder")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="output folder: store, report, plots")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="auto, kernelbench-run, cuda-l1 or pairs")
+    ] = "auto",
+    problems: Annotated[
+        Path | None,
+        typer.Option("--problems", help="KernelBench problem folder (for kernelbench-run)"),
+    ] = None,
+    device: DeviceOption = "cpu",
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", min=1, help="records judged at once (default: GPUs or cores)"),
+    ] = None,
+    executor: Annotated[str, typer.Option("--executor", help="local or ray")] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", help="Ray cluster to join (--executor ray)")
+    ] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="continue the audit in --out")] = False,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="audit only the first N records")
+    ] = None,
+    timeout: TimeoutOption = 60.0,
+) -> None:
+    """Re-judge a corpus of accepted kernels: the old check beside the contract (exit 0 when
+    the audit completes, whatever the verdicts; see docs/audit.md)."""
+    from kernelgate.audit.command import audit_command_body
+
+    audit_command_body(
+        source,
+        out,
+        fmt=fmt,
+        problems=problems,
+        device=device,
+        workers=workers,
+        executor=executor,
+        ray_address=ray_address,
+        resume=resume,
+        limit=limit,
+        timeout=timeout,
+        console=console,
+        errors=errors,
+    )
 
 
 def main() -> None:

@@ -29,9 +29,17 @@ class SafetyFactors:
 
     ensemble: float = 16.0  # x the worst honest evaluation's error
     roundoff_units: float = 2.0  # units of roundoff of the output dtype, relative to |ref|
+    elementwise_units: float = 4.0  # elementwise model: units of roundoff relative to |ref|
+    order_probabilistic: float = 4.0  # order model: c in c * u * sqrt(N) (default bound)
+    order_worst_case: float = 1.0  # order model: c in c * u * N (bound = "worst-case")
+    order: float = 1.0  # multiplier on the order model's reduction term
 
 
 SAFETY = SafetyFactors()
+
+# Unit roundoff of the products when an op's PyTorch default computes them in TF32
+# (10 explicit fraction bits): cuDNN convolution on CUDA.
+TF32_UNIT_ROUNDOFF = 2.0**-11
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:

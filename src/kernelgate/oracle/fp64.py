@@ -80,3 +80,32 @@ class Oracle:
         ):
             runs["cpu-fp32"] = self.cpu_fp32(inputs)
         return runs
+
+
+@dataclass
+class SizedOracle(Oracle):
+    """The oracle for the reference with module-level sizes rebound (CMP-03's held-out shapes).
+
+    Construction and every evaluation happen inside ``ReferenceProgram.rebound``, so a
+    ``get_init_inputs`` or a ``forward`` that reads those sizes sees the new values; the
+    model is built KernelBench's way (seed 42), exactly as the candidate is rebuilt in the
+    worker for the same sizes.
+    """
+
+    sizes: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        with self.program.rebound(**self.sizes):
+            super().__post_init__()
+
+    def expected(self, inputs: list[Any]) -> list[Any]:
+        with self.program.rebound(**self.sizes):
+            return super().expected(inputs)
+
+    def native(self, inputs: list[Any]) -> list[Any]:
+        with self.program.rebound(**self.sizes):
+            return super().native(inputs)
+
+    def cpu_fp32(self, inputs: list[Any]) -> list[Any]:
+        with self.program.rebound(**self.sizes):
+            return super().cpu_fp32(inputs)
