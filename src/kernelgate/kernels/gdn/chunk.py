@@ -1,0 +1,324 @@
+"""Autograd wrapper and launch logic for the chunked Gated DeltaNet kernels."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from kernelgate.kernels.gdn.chunk_bwd import _qk_bwd_kernel, _state_bwd_kernel, _wy_bwd_kernel
+from kernelgate.kernels.gdn.chunk_fwd import _output_fwd_kernel, _state_fwd_kernel, _wy_fwd_kernel
+
+CHUNK_SIZE = 64
+MAX_HEAD_DIM_K = 256  # the scan kernels keep a whole [K, BV] state tile in registers
+# Fixed launch configurations (no autotuning: its choice can differ between runs, and it
+# cannot run under the CPU interpreter). Module-level so benchmarks/gdn.py --profile can try
+# alternatives; the defaults come from that profile on an H200 (num_warps=8 failed there
+# with an illegal memory access in Triton 3.6, not yet understood; 4 passes every test).
+NUM_WARPS = {"wy_fwd": 4, "state_fwd": 4, "output_fwd": 4, "state_bwd": 4, "qk_bwd": 4,
+             "wy_bwd": 4}
+SCAN_BLOCK_V: int | None = None  # None: pick by _scan_block_v's heuristic
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    """IEEE fp32 dots for fp32 inputs (the fp32 contract must not silently become TF32);
+    TF32 for 16-bit inputs, whose values TF32 represents exactly."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _block(dim: int, cap: int) -> int:
+    """Power-of-two tile width covering ``dim`` (tl.dot needs at least 16), at most ``cap``."""
+    return min(max(16, triton.next_power_of_2(dim)), cap)
+
+
+def _scan_block_v(batch_heads: int, dim_v: int) -> int:
+    """V-tile of the two sequential scans (one program per (batch, head, V tile)).
+
+    Every V-tile program of a head reloads that chunk's full q, k, W rows, so narrow tiles buy
+    parallelism with redundant loads. Measured on the H200 at B=2, H=16, K=V=128, T=4096
+    (fwd+bwd): 16 -> 3.83 ms, 32 -> 3.10 ms; 64 exceeds shared memory in the backward scan
+    with the default pipelining. A fixed choice, not autotuning (whose pick can change between
+    runs and which cannot run under the CPU interpreter).
+    """
+    if SCAN_BLOCK_V is not None:
+        return _block(dim_v, SCAN_BLOCK_V)
+    del batch_heads  # kept in the signature for a future occupancy-based choice
+    return _block(dim_v, 32)
+
+
+def _check_inputs(q, k, v, g, beta, initial_state) -> None:
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
+        raise ValueError(
+            f"expected q, k [B,T,H,K] and v [B,T,H,V], got {q.shape}, {k.shape}, {v.shape}"
+        )
+    if g.shape != q.shape[:3] or beta.shape != q.shape[:3]:
+        raise ValueError(f"expected g and beta [B,T,H], got {g.shape}, {beta.shape}")
+    if q.shape[-1] > MAX_HEAD_DIM_K:
+        raise ValueError(f"K = {q.shape[-1]} > {MAX_HEAD_DIM_K} is not supported")
+    if q.shape[1] < 1:
+        raise ValueError("T must be at least 1")
+    if initial_state is not None:
+        batch, _, heads, dim_k = q.shape
+        expected = (batch, heads, dim_k, v.shape[-1])
+        if tuple(initial_state.shape) != expected:
+            raise ValueError(f"expected initial_state {expected}, got {tuple(initial_state.shape)}")
+
+
+def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
+    """Launch the three forward kernels; returns o, the final state and what backward needs."""
+    batch, seq_len, heads, dim_k = q.shape
+    dim_v = v.shape[-1]
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    prec = _dot_precision(q.dtype)
+    block_k_full = _block(dim_k, 256)
+    block_k = _block(dim_k, 64)
+    block_v = _block(dim_v, 64)
+    scan_block_v = _scan_block_v(batch * heads, dim_v)
+    f32 = dict(device=q.device, dtype=torch.float32)
+
+    g_cum = torch.empty(batch, seq_len, heads, **f32)
+    a_inv = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    w = torch.empty(batch, seq_len, heads, dim_k, **f32)
+    u = torch.empty(batch, seq_len, heads, dim_v, **f32)
+    _wy_fwd_kernel[(num_chunks, batch * heads)](
+        k,
+        v,
+        g,
+        beta,
+        g_cum,
+        a_inv,
+        w,
+        u,
+        seq_len,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        BK=block_k,
+        BV=block_v,
+        NK=triton.cdiv(dim_k, block_k),
+        NV=triton.cdiv(dim_v, block_v),
+        PREC=prec,
+        num_warps=NUM_WARPS["wy_fwd"],
+    )
+
+    states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
+    v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
+    final_state = torch.empty(batch, heads, dim_k, dim_v, **f32) if output_final_state else None
+    h0 = initial_state.float().contiguous() if initial_state is not None else None
+    _state_fwd_kernel[(triton.cdiv(dim_v, scan_block_v), batch * heads)](
+        k,
+        w,
+        u,
+        g_cum,
+        h0 if h0 is not None else g_cum,
+        states,
+        v_new,
+        final_state if final_state is not None else g_cum,
+        seq_len,
+        num_chunks,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        BK=block_k_full,
+        BV=scan_block_v,
+        HAS_H0=h0 is not None,
+        STORE_HT=final_state is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["state_fwd"],
+    )
+
+    o = torch.empty_like(v)
+    _output_fwd_kernel[(triton.cdiv(dim_v, block_v), num_chunks, batch * heads)](
+        q,
+        k,
+        v_new,
+        g_cum,
+        states,
+        o,
+        seq_len,
+        num_chunks,
+        scale,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        BK=block_k_full,
+        BV=block_v,
+        PREC=prec,
+        num_warps=NUM_WARPS["output_fwd"],
+    )
+    return o, final_state, (g_cum, a_inv, w, states, v_new)
+
+
+def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
+    """Launch the three backward kernels; returns dq, dk, dv, dg, dbeta, dh0."""
+    g_cum, a_inv, w, states, v_new = saved
+    batch, seq_len, heads, dim_k = q.shape
+    dim_v = v.shape[-1]
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    prec = _dot_precision(q.dtype)
+    block_k_full = _block(dim_k, 256)
+    block_k = _block(dim_k, 64)
+    block_v = _block(dim_v, 64)
+    num_k_blocks = triton.cdiv(dim_k, block_k)
+    scan_block_v = _scan_block_v(batch * heads, dim_v)
+    f32 = dict(device=q.device, dtype=torch.float32)
+
+    d_states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
+    d_v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
+    dh0 = torch.empty(batch, heads, dim_k, dim_v, **f32) if has_initial_state else None
+    dht = dht.float().contiguous() if dht is not None else None
+    _state_bwd_kernel[(triton.cdiv(dim_v, scan_block_v), batch * heads)](
+        q,
+        k,
+        w,
+        g_cum,
+        do,
+        dht if dht is not None else g_cum,
+        d_states,
+        d_v_new,
+        dh0 if dh0 is not None else g_cum,
+        seq_len,
+        num_chunks,
+        scale,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        BK=block_k_full,
+        BV=scan_block_v,
+        HAS_DHT=dht is not None,
+        STORE_DH0=dh0 is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["state_bwd"],
+    )
+
+    dq = torch.empty_like(q)
+    dk_part = torch.empty(batch, seq_len, heads, dim_k, **f32)
+    dw = torch.empty(batch, seq_len, heads, dim_k, **f32)
+    dg_cum_part = torch.empty(num_k_blocks, batch, seq_len, heads, **f32)
+    dg_last_part = torch.empty(num_k_blocks, batch, num_chunks, heads, **f32)
+    _qk_bwd_kernel[(num_k_blocks, num_chunks, batch * heads)](
+        q,
+        k,
+        g_cum,
+        states,
+        d_states,
+        v_new,
+        d_v_new,
+        do,
+        dq,
+        dk_part,
+        dw,
+        dg_cum_part,
+        dg_last_part,
+        seq_len,
+        num_chunks,
+        batch,
+        scale,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        BK=block_k,
+        BV=block_v,
+        NV=triton.cdiv(dim_v, block_v),
+        PREC=prec,
+        num_warps=NUM_WARPS["qk_bwd"],
+    )
+
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+    dbeta = torch.empty_like(beta)
+    dg = torch.empty_like(g)
+    _wy_bwd_kernel[(num_chunks, batch * heads)](
+        k,
+        v,
+        beta,
+        g_cum,
+        a_inv,
+        dw,
+        d_v_new,
+        dk_part,
+        dg_cum_part,
+        dg_last_part,
+        dk,
+        dv,
+        dbeta,
+        dg,
+        seq_len,
+        num_chunks,
+        batch,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        BK=block_k,
+        BV=block_v,
+        NK=num_k_blocks,
+        NV=triton.cdiv(dim_v, block_v),
+        NK_PART=num_k_blocks,
+        PREC=prec,
+        num_warps=NUM_WARPS["wy_bwd"],
+    )
+    return dq, dk, dv, dg, dbeta, dh0
+
+
+class ChunkGatedDeltaRuleFunction(torch.autograd.Function):
+    """Forward saves the fp32 chunk intermediates (cumulative gates, Tinv, W, chunk states,
+    deltas) so the backward recomputes nothing sequential except its own reverse scan."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, scale, initial_state, output_final_state):
+        o, final_state, saved = chunk_gated_delta_rule_fwd(
+            q, k, v, g, beta, scale, initial_state, output_final_state
+        )
+        ctx.save_for_backward(q, k, v, g, beta, *saved)
+        ctx.scale = scale
+        ctx.has_initial_state = initial_state is not None
+        ctx.initial_state_dtype = initial_state.dtype if initial_state is not None else None
+        return o, final_state
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        q, k, v, g, beta, *saved = ctx.saved_tensors
+        dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_bwd(
+            q, k, v, g, beta, ctx.scale, ctx.has_initial_state, saved, do.contiguous(), dht
+        )
+        if dh0 is not None:
+            dh0 = dh0.to(ctx.initial_state_dtype)
+        return dq, dk, dv, dg, dbeta, None, dh0, None
+
+
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Gated DeltaNet, chunked (chunk size 64), forward and backward in Triton.
+
+    Args:
+        q, k: [B, T, H, K] (K <= 256). v: [B, T, H, V]. g (log-space decay) and beta: [B, T, H].
+            fp32, fp16 or bf16; the state and all accumulation are fp32.
+        scale: query scale, K ** -0.5 by default.
+        initial_state: optional [B, H, K, V] fp32 state entering step 0.
+        output_final_state: also return the state after the last step.
+
+    Returns:
+        (o, final_state): o [B, T, H, V] in v's dtype; final_state [B, H, K, V] fp32, or None
+        when ``output_final_state`` is False. Differentiable in q, k, v, g, beta and
+        initial_state; deterministic (no atomics, fixed launch configurations).
+    """
+    _check_inputs(q, k, v, g, beta, initial_state)
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+    return ChunkGatedDeltaRuleFunction.apply(
+        q, k, v, g, beta, float(scale), initial_state, output_final_state
+    )
