@@ -13,8 +13,9 @@ from pathlib import Path
 
 import torch
 
-from kernelgate.contract.derive import derive_contract
+from kernelgate.contract.derive import contract_for
 from kernelgate.contract.spec import Contract
+from kernelgate.domain import verified_domain as narrowed_domain
 from kernelgate.errors import KernelgateError
 from kernelgate.formats.kernelbench import (
     candidate_backend,
@@ -25,7 +26,7 @@ from kernelgate.gates import GATE_IDS, GATES
 from kernelgate.gates.base import GateContext, GateResult, run_gate
 from kernelgate.oracle.fp64 import Oracle
 from kernelgate.sandbox.session import WorkerSession
-from kernelgate.verdict import Verdict, combine, environment
+from kernelgate.verdict import Outcome, Verdict, combine, environment
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -50,12 +51,15 @@ def verify(
     seed: int = 0,
     only: Sequence[str] | None = None,
     on_gate: Callable[[str, GateResult | None], None] | None = None,
+    sanitize: bool = False,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
     Raises ``KernelgateError`` for usage or harness errors (bad files, missing ``Model`` or
     ``ModelNew``, a candidate that does not load); every behaviour of a loaded candidate,
-    crashes and hangs included, becomes a gate result instead.
+    crashes and hangs included, becomes a gate result instead. ``sanitize`` (device mode)
+    makes RES-01 also run the candidate under compute-sanitizer memcheck, racecheck and
+    initcheck.
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -71,14 +75,21 @@ def verify(
             f"candidate {candidate} is a CUDA C++ extension and needs a GPU: "
             "run it with --device cuda on a machine with one"
         )
-    contract = contract or derive_contract(program)
+    contract = contract or contract_for(program)  # library entry if it matches, else derived
     oracle = Oracle(program, torch.device(device))
     replay = ["kernelgate", "verify", str(reference), str(candidate), "--device", device]
+    if sanitize:
+        replay.append("--sanitize")
     session = WorkerSession(Path(candidate), oracle.init_inputs, device=device, timeout=timeout)
     results: list[GateResult] = []
     with session:
         ctx = GateContext(
-            contract=contract, oracle=oracle, session=session, seed=seed, replay=replay
+            contract=contract,
+            oracle=oracle,
+            session=session,
+            seed=seed,
+            replay=replay,
+            sanitize=sanitize,
         )
         for gate_cls in GATES:
             gate = gate_cls()
@@ -92,6 +103,9 @@ def verify(
             if on_gate is not None:
                 on_gate(gate.id, result)
     outcome, skipped = combine(results)
+    narrowed_to = (
+        narrowed_domain(contract, results) if outcome is Outcome.NARROWED else None
+    )  # the sub-domain in contract form, for a dispatcher
     return Verdict(
         verdict=outcome,
         reference=str(reference),
@@ -103,4 +117,5 @@ def verify(
         seed=seed,
         seconds=round(time.monotonic() - started, 2),
         skipped=skipped,
+        verified_domain=narrowed_to,
     )

@@ -52,7 +52,10 @@ class Verdict(Serializable):
 def combine(gates: list[GateResult]) -> tuple[Outcome, list[str]]:
     skipped = [f"{g.id}: {g.reason}" for g in gates if g.status is Status.SKIPPED]
     if any(g.status is Status.FAIL for g in gates):
-        return Outcome.REJECTED, skipped
+        # Only layout/shape failures with a stated passing sub-domain narrow (see domain.py).
+        from kernelgate.domain import narrowable
+
+        return (Outcome.NARROWED if narrowable(gates) else Outcome.REJECTED), skipped
     return Outcome.VERIFIED, skipped
 
 

@@ -131,3 +131,16 @@ def derive_contract(program: ReferenceProgram) -> Contract:
             reference_sha256=program.sha256,
         ),
     )
+
+
+def contract_for(program: ReferenceProgram) -> Contract:
+    """The contract a reference gets when none is given: its built-in library entry when the
+    reference calls exactly that op (provenance ``library``), derived otherwise.
+
+    The library contract is built on the derived one (the dims found by re-running the
+    reference at other sizes), so both agree on shapes and differ in what they promise.
+    """
+    from kernelgate.contract.match import library_contract
+
+    derived = derive_contract(program)
+    return library_contract(program, derived) or derived

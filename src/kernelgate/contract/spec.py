@@ -81,9 +81,10 @@ class TensorSpec(Serializable):
     layouts: list[Layout] = field(default_factory=lambda: [Layout.CONTIGUOUS, Layout.OFFSET])
     values: ValueDomain = ValueDomain.IEEE
     may_alias: bool = False
-    integer_values: str | None = (
-        None  # how integer tensors are drawn: "reference" = as get_inputs does
-    )
+    integer_values: str | None = None  # "reference": drawn as the reference's get_inputs does
+    # [lo, hi] (either may be None): generated values are folded into this interval, for
+    # inputs whose meaning restricts them (a log-decay <= 0, a gate in [0, 1]).
+    value_range: list[float | None] | None = None
 
 
 @dataclass

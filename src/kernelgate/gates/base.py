@@ -21,10 +21,10 @@ from typing import Any, ClassVar
 import torch
 
 from kernelgate.contract.spec import Contract, ExceptionalPolicy
-from kernelgate.inputs.distributions import draw
+from kernelgate.inputs.distributions import draw, fold_into_range
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
-from kernelgate.oracle.error_models import Assessment, assess_ensemble
-from kernelgate.oracle.fp64 import Oracle, flatten_outputs
+from kernelgate.oracle.error_models import Assessment, assess_ensemble, assess_with
+from kernelgate.oracle.fp64 import Oracle, SizedOracle, flatten_outputs
 from kernelgate.sandbox.session import CallResult, ExecutionIncident, WorkerSession
 from kernelgate.sandbox.wire import WireTensor, dtype_name
 from kernelgate.serde import Serializable
@@ -71,6 +71,16 @@ class Case:
     label: str
     seed: int
     values: list[Any]
+    # CMP-03: module-level sizes rebound for this case (None: the reference's own), and the
+    # init inputs ModelNew must be rebuilt with when they differ from the reference's.
+    sizes: dict[str, int] | None = None
+    init_inputs: list[Any] | None = None
+
+    @property
+    def sizes_key(self) -> str | None:
+        if not self.sizes:
+            return None
+        return ",".join(f"{name}={value}" for name, value in sorted(self.sizes.items()))
 
     def describe(self) -> list[dict[str, Any]]:
         return [
@@ -116,6 +126,9 @@ class Incident(Serializable):
     kind: str
     detail: str
     log_tail: str = ""
+    # Set by a domain gate (CMP-02/03) when the incident happened at a layout or shape that
+    # a narrowed verdict excludes: a clean refusal outside the verified sub-domain.
+    domain_point: str | None = None
 
 
 class GateContext:
@@ -129,8 +142,10 @@ class GateContext:
         session: WorkerSession,
         seed: int,
         replay: list[str],
+        sanitize: bool = False,
     ) -> None:
         self.contract = contract
+        self.sanitize = sanitize  # RES-01 also runs compute-sanitizer (device mode)
         self.oracle = oracle
         self.session = session
         self.seed = seed
@@ -139,6 +154,8 @@ class GateContext:
         self.halted: str | None = None  # set after a hang: later gates are not run
         self._expected: dict[tuple[str, int], list[Any]] = {}
         self._honest: dict[tuple[str, int], dict[str, list[Any]]] = {}
+        self._magnitude: dict[tuple[str, int], tuple[list[Any], int]] = {}
+        self._sized_oracles: dict[str, Oracle] = {}
 
     # -- cases ----------------------------------------------------------------------------
     def case_seed(self, gate_id: str, index: int) -> int:
@@ -152,27 +169,82 @@ class GateContext:
     def drawn_case(self, label: str, seed: int, distribution: str = "normal") -> Case:
         """Floating inputs drawn from ``distribution``; other inputs as the reference makes them."""
         values = [
-            draw(distribution, seed + i, tuple(v.shape), v.dtype)
+            self.conform(i, draw(distribution, seed + i, tuple(v.shape), v.dtype))
             if isinstance(v, torch.Tensor) and v.is_floating_point()
             else (v.clone() if isinstance(v, torch.Tensor) else v)
             for i, v in enumerate(self.template)
         ]
         return Case(label, seed, values)
 
+    def conform(self, index: int, values: torch.Tensor) -> torch.Tensor:
+        """Fold generated values of input ``index`` into the contract's value range, if any."""
+        specs = self.contract.inputs
+        spec = specs[index] if index < len(specs) else None
+        value_range = getattr(spec, "value_range", None)
+        if not value_range or not values.is_floating_point():
+            return values
+        return fold_into_range(values, *value_range)
+
+    def sized_case(
+        self, label: str, seed: int, sizes: dict[str, int], distribution: str = "normal"
+    ) -> Case:
+        """A case at other module-level sizes (CMP-03): the reference's ``get_inputs`` and
+        ``get_init_inputs`` are called again with ``sizes`` rebound (KernelBench seeding)."""
+        program = self.oracle.program
+        with program.rebound(**sizes):
+            template = program.inputs(seed=42)
+            init_inputs = program.init_inputs()
+        values = [
+            draw(distribution, seed + i, tuple(v.shape), v.dtype)
+            if isinstance(v, torch.Tensor) and v.is_floating_point()
+            else v
+            for i, v in enumerate(template)
+        ]
+        same_init = _same_values(init_inputs, self.oracle.init_inputs)
+        return Case(label, seed, values, dict(sizes), None if same_init else init_inputs)
+
+    def oracle_for(self, case: Case) -> Oracle:
+        """The oracle that judges ``case``: the reference's, or one at the case's sizes."""
+        key = case.sizes_key
+        if key is None:
+            return self.oracle
+        if key not in self._sized_oracles:
+            self._sized_oracles[key] = SizedOracle(
+                self.oracle.program, self.oracle.device, sizes=dict(case.sizes or {})
+            )
+        return self._sized_oracles[key]
+
     def replay(self, gate_id: str) -> str:
         return shlex.join([*self.replay_argv, "--only", gate_id, "--seed", str(self.seed)])
 
     # -- evaluation -----------------------------------------------------------------------
+    def admit(self, case: Case) -> Case:
+        """Fold ``case``'s inputs into the contract's value ranges, once per values list.
+
+        Gates build or replace ``case.values`` freely; ``run``, ``expected``, ``honest`` and
+        ``magnitude`` all pass through here first, so the candidate and the oracle always see
+        the same admitted values, whichever gate made them.
+        """
+        if getattr(case, "_admitted", None) is not case.values:
+            case.values = [
+                self.conform(i, v) if isinstance(v, torch.Tensor) else v
+                for i, v in enumerate(case.values)
+            ]
+            case._admitted = case.values  # type: ignore[attr-defined]
+        return case
+
     def expected(self, case: Case) -> list[Any]:
+        self.admit(case)
         key = (case.label, case.seed)
         if key not in self._expected:
-            self._expected[key] = self.oracle.expected(case.values)
+            self._expected[key] = self.oracle_for(case).expected(case.values)
         return self._expected[key]
 
     def honest(self, case: Case) -> dict[str, list[Any]]:
+        self.admit(case)
         key = (case.label, case.seed)
         if key not in self._honest:
-            self._honest[key] = self.oracle.honest(case.values)
+            self._honest[key] = self.oracle_for(case).honest(case.values)
         return self._honest[key]
 
     def assess(self, case: Case, output_index: int, actual: torch.Tensor) -> Assessment:
@@ -182,7 +254,37 @@ class GateContext:
         """
         expected = self.expected(case)[output_index]
         honest = {name: runs[output_index] for name, runs in self.honest(case).items()}
-        return assess_ensemble(expected, actual, honest)
+        spec = self.contract.postcondition.error_model
+        if spec.name == "ensemble":
+            return assess_ensemble(expected, actual, honest)
+        magnitudes, n = self.magnitude(case)
+        scale = magnitudes[output_index] if output_index < len(magnitudes) else None
+        return assess_with(
+            spec.name,
+            spec.params,
+            expected,
+            actual,
+            honest,
+            magnitude=scale if isinstance(scale, torch.Tensor) else None,
+            n=n,
+        )
+
+    def magnitude(self, case: Case) -> tuple[list[Any], int]:
+        """The library entry's magnitudes (per output) and reduction length N for ``case``.
+
+        Used by the ``elementwise`` and ``order`` error models; ``([], 1)`` when the contract
+        names no library entry.
+        """
+        entry_name = self.contract.postcondition.error_model.params.get("entry")
+        if not entry_name:
+            return [], 1
+        self.admit(case)
+        key = (case.label, case.seed)
+        if key not in self._magnitude:
+            oracle = self.oracle_for(case)
+            with oracle.program.rebound(**(case.sizes or {})):
+                self._magnitude[key] = oracle.magnitude(case.values, str(entry_name))
+        return self._magnitude[key]
 
     def run(
         self,
@@ -191,15 +293,23 @@ class GateContext:
         *,
         poison: int = POISONS[0],
         hold_bytes: int = 0,
+        reuse_inputs: bool = False,
         place: Any = None,
     ) -> Run:
         """Place ``case`` in guarded storages and run the candidate on it once."""
+        self.admit(case)
         placer = place or (lambda v: PlacedTensor.place(v, poison=poison))
         placed = [placer(v) if isinstance(v, torch.Tensor) else v for v in case.values]
         wire_inputs = [p.as_wire() if isinstance(p, PlacedTensor) else p for p in placed]
         try:
+            # ModelNew built for this case's sizes (CMP-03), or the original one otherwise.
+            self.session.use_init(case.init_inputs, case.sizes_key if case.init_inputs else None)
             result = self.session.call(
-                wire_inputs, poison=poison, guard_bytes=GUARD_BYTES, hold_bytes=hold_bytes
+                wire_inputs,
+                poison=poison,
+                guard_bytes=GUARD_BYTES,
+                hold_bytes=hold_bytes,
+                reuse_inputs=reuse_inputs,
             )
         except ExecutionIncident as incident:
             self.incidents.append(
@@ -260,6 +370,21 @@ class Gate(ABC):
         return self.result(
             Status.FAIL, reason, counterexample=counterexample, evidence=evidence or {}
         )
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    """Whether two init-input lists are the same values (tensors compared exactly)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(torch.equal(a, b))
+        )
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
 
 
 def run_gate(gate: Gate, ctx: GateContext) -> GateResult:

@@ -9,8 +9,16 @@ import torch
 from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult, Run
 from kernelgate.oracle.compare import bitwise_mismatches, scalar
 
-# Which case each call runs, and how many bytes the worker holds first (to move addresses).
-SEQUENCE = [("A", 0), ("A", 4096 + 192), ("B", 0), ("A", 65536 + 64), ("B", 1 << 20)]
+# Which case each call runs, how many bytes the worker holds first (to move addresses), and
+# whether the inputs go into the previous call's storages (the same addresses, new data: a
+# cache keyed by data pointer answers with the old result).
+SEQUENCE = [
+    ("A", 0, False),
+    ("A", 4096 + 192, False),
+    ("B", 0, True),
+    ("A", 65536 + 64, False),
+    ("B", 1 << 20, False),
+]
 
 
 class DeterminismGate(Gate):
@@ -24,8 +32,8 @@ class DeterminismGate(Gate):
             for i, name in enumerate("AB")
         }
         first: dict[str, Run] = {}
-        for call, (name, hold) in enumerate(SEQUENCE):
-            run = ctx.run(self.id, cases[name], hold_bytes=hold)
+        for call, (name, hold, reuse) in enumerate(SEQUENCE):
+            run = ctx.run(self.id, cases[name], hold_bytes=hold, reuse_inputs=reuse)
             if name not in first:
                 first[name] = run
                 continue
@@ -49,14 +57,18 @@ class DeterminismGate(Gate):
                         f"output {k} differs bitwise between two calls on {cases[name].label}",
                         run,
                         findings or [{"output": k, "problem": "shape or dtype changed"}],
-                        {"sequence": [n for n, _ in SEQUENCE]},
+                        {"sequence": [n for n, _, _ in SEQUENCE]},
                     )
         stale = self._stale(ctx, cases["A"], cases["B"], first["A"], first["B"])
         if stale is not None:
             return stale
         return self.passed(
             f"{len(SEQUENCE)} calls (repeats at new addresses, interleaved inputs) bitwise stable",
-            {"sequence": [n for n, _ in SEQUENCE], "hold_bytes": [h for _, h in SEQUENCE]},
+            {
+                "sequence": [n for n, _, _ in SEQUENCE],
+                "hold_bytes": [h for _, h, _ in SEQUENCE],
+                "at_previous_addresses": [r for _, _, r in SEQUENCE],
+            },
         )
 
     def _stale(self, ctx: GateContext, case_a, case_b, run_a: Run, run_b: Run) -> GateResult | None:

@@ -1,10 +1,19 @@
-"""RES-01: no exception, crash, hang or device fault in any gate run."""
+"""RES-01: no exception, crash, hang or device fault in any gate run.
+
+With ``--sanitize`` (device mode) the candidate is also run under compute-sanitizer
+memcheck, racecheck and initcheck (``sandbox/sanitizer.py``) on one case at the
+reference shape; any error the sanitizer reports fails the gate, with its report.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from kernelgate.gates.base import Counterexample, Gate, GateContext, GateKind, GateResult, Status
+from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
+from kernelgate.sandbox.sanitizer import SanitizerRun, sanitize_candidate
+
+SANITIZER_CASE = "reference shape, normal values"
 
 
 class ExecutionSafetyGate(Gate):
@@ -20,12 +29,34 @@ class ExecutionSafetyGate(Gate):
             if ctx.session.device == "cpu"
             else "compute-sanitizer not run: not requested"
         )
+        runs: list[SanitizerRun] = []
+        if ctx.sanitize:
+            runs, sanitizer = self._sanitize(ctx)
         evidence = {
             "candidate_calls": ctx.session.calls,
             "worker_starts": ctx.session.starts,
             "incidents": [i.to_dict() for i in ctx.incidents],
             "sanitizer": sanitizer,
+            "sanitizer_runs": [r.to_dict() for r in runs],
         }
+        found = [r for r in runs if r.found]
+        if found and not ctx.incidents:
+            return self.result(
+                Status.FAIL,
+                "compute-sanitizer found errors: "
+                + ", ".join(f"{r.tool} {r.errors}" for r in found),
+                counterexample=Counterexample(
+                    case=f"compute-sanitizer: {SANITIZER_CASE}",
+                    seed=ctx.case_seed(self.id, 0),
+                    inputs=[],
+                    findings=[
+                        {"tool": r.tool, "errors": r.errors, "report": r.report[:3000]}
+                        for r in found
+                    ],
+                    replay=ctx.replay(self.id),
+                ),
+                evidence=evidence,
+            )
         if not ctx.incidents:
             return self.passed(
                 f"no incident in {ctx.session.calls} candidate calls; {sanitizer}", evidence
@@ -35,7 +66,7 @@ class ExecutionSafetyGate(Gate):
         return self.result(
             Status.FAIL,
             f"{len(ctx.incidents)} execution incident(s) ({', '.join(kinds)}); first in "
-            f"{first.gate}: {first.kind}: {first.detail}",
+            f"{first.gate}: {first.kind}: {first.detail}" + (f"; {sanitizer}" if runs else ""),
             counterexample=Counterexample(
                 case=f"{first.gate}: {first.case}",
                 seed=first.seed,
@@ -45,3 +76,30 @@ class ExecutionSafetyGate(Gate):
             ),
             evidence=evidence,
         )
+
+    @staticmethod
+    def _sanitize(ctx: GateContext) -> tuple[list[SanitizerRun], str]:
+        """Run the sanitizer tools; the summary line says what ran and what it found."""
+        if ctx.halted:
+            return [], f"compute-sanitizer not run: {ctx.halted}"
+        case = ctx.drawn_case(SANITIZER_CASE, ctx.case_seed(ExecutionSafetyGate.id, 0))
+        inputs: list[Any] = [
+            PlacedTensor.place(v, poison=POISONS[0]).as_wire() if hasattr(v, "shape") else v
+            for v in case.values
+        ]
+        runs, why = sanitize_candidate(
+            ctx.session.candidate,
+            ctx.session.init_inputs,
+            ctx.session.device,
+            [inputs],
+            poison=POISONS[0],
+            guard_bytes=GUARD_BYTES,
+            timeout=ctx.session.timeout,
+        )
+        if why:
+            return runs, why
+        parts = []
+        for r in runs:
+            state = "inconclusive (no summary)" if r.errors is None else f"{r.errors} error(s)"
+            parts.append(f"{r.tool} {state}")
+        return runs, "compute-sanitizer: " + ", ".join(parts)

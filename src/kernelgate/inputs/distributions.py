@@ -82,3 +82,21 @@ def draw(name: str, seed: int, shape: tuple[int, ...], dtype: torch.dtype) -> to
     """Values of ``dtype`` (rounded from float64) from distribution ``name``."""
     generator = torch.Generator().manual_seed(seed)
     return DISTRIBUTIONS[name](generator, tuple(shape), dtype).to(dtype)
+
+
+def fold_into_range(values: torch.Tensor, lo: float | None, hi: float | None) -> torch.Tensor:
+    """Map values into ``[lo, hi]`` by reflection, keeping their spread and their zeros.
+
+    Reflection (rather than clamping) keeps every distribution's character inside the range:
+    heavy tails stay heavy, integers stay integers, and no mass piles up on a bound.
+    """
+    x = values.to(torch.float64)
+    if lo is not None and hi is not None:
+        width = hi - lo
+        phase = torch.remainder(x - lo, 2 * width)
+        x = lo + torch.where(phase > width, 2 * width - phase, phase)
+    elif lo is not None:
+        x = lo + (x - lo).abs()
+    elif hi is not None:
+        x = hi - (hi - x).abs()
+    return x.to(values.dtype)

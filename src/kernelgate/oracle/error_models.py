@@ -33,6 +33,10 @@ class SafetyFactors:
     order_probabilistic: float = 4.0  # order model: c in c * u * sqrt(N) (default bound)
     order_worst_case: float = 1.0  # order model: c in c * u * N (bound = "worst-case")
     order: float = 1.0  # multiplier on the order model's reduction term
+    # order model: units of roundoff of the output dtype for the final conversion, relative
+    # to |ref|; 4 admits a truncating conversion (2u, the Triton interpreter's fp32->bf16)
+    # after double rounding through fp32.
+    output_rounding_units: float = 4.0
 
 
 SAFETY = SafetyFactors()
@@ -107,6 +111,168 @@ def assess_ensemble(
         params,
         SAFETY.ensemble * (noise + SAFETY.roundoff_units * u * ref.abs()),
     )
+
+
+def _honest_agreement(
+    ref: torch.Tensor, out_dtype: torch.dtype, honest: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Expected IEEE classes (the oracle rounded to the output dtype) and the judged mask.
+
+    Positions where an honest evaluation of the reference lands in another class (an honest
+    overflow, say) are not judged by a thresholded model; EXC-01 owns non-finite behaviour.
+    """
+    rounded_classes = value_classes(ref.to(out_dtype) if out_dtype.is_floating_point else ref)
+    judged_mask = torch.ones(ref.shape, dtype=torch.bool)
+    for run in honest.values():
+        if isinstance(run, torch.Tensor) and tuple(run.shape) == tuple(ref.shape):
+            judged_mask &= value_classes(run) == rounded_classes
+    return rounded_classes, judged_mask
+
+
+def _subnormal_floor(ref: torch.Tensor, bound: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Below the smallest normal of the output dtype the bound is that normal: whether
+    subnormal results are kept or flushed is EXC-02's question, not a rounding question."""
+    if not dtype.is_floating_point:
+        return bound
+    tiny = float(torch.finfo(dtype).tiny)
+    return torch.where(ref.abs() < tiny, bound.clamp_min(tiny), bound)
+
+
+def _dtype_str(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def assess_elementwise(
+    expected: torch.Tensor,
+    actual: torch.Tensor,
+    honest: dict[str, torch.Tensor],
+    *,
+    scale: torch.Tensor | None = None,
+    scale_name: str = "|ref|",
+) -> Assessment:
+    """Elementwise bound: ``units * u * scale`` per element, ``scale`` = |ref| by default.
+
+    For ops computed with one or a few roundings per element (add, mul, relu, exp, ...)
+    the honest error is a few units of roundoff of the output dtype relative to the exact
+    result. Library entries whose honest implementations lose absolute accuracy (gelu via
+    1+erf, tanh via exponentials) pass a larger ``scale`` (|ref| + |x|).
+    """
+    out_dtype = actual.dtype
+    u = unit_roundoff(out_dtype)
+    ref = expected.to(torch.float64)
+    scale = ref.abs() if scale is None else scale.to(torch.float64).abs()
+    classes, judged = _honest_agreement(ref, out_dtype, honest)
+    bound = _subnormal_floor(ref, SAFETY.elementwise_units * u * scale, out_dtype)
+    params = {
+        "output_dtype": _dtype_str(out_dtype),
+        "unit_roundoff": u,
+        "units": SAFETY.elementwise_units,
+        "scale": scale_name,
+        "bound": f"{SAFETY.elementwise_units} * u * {scale_name}",
+        "honest_runs": sorted(honest),
+    }
+    return _assess(ref, actual, classes, judged, "elementwise", params, bound)
+
+
+def order_coefficient(n: int, worst_case: bool = False) -> float:
+    """c(N) of the order bound: ``4 sqrt(N)`` (probabilistic) or ``N`` (worst case), x safety.
+
+    The probabilistic form is the rounding-error bound that holds with high probability when
+    roundings are independent (Higham & Mary); the worst case is the classical gamma_N.
+    """
+    n = max(int(n), 1)
+    base = SAFETY.order_worst_case * n if worst_case else SAFETY.order_probabilistic * n**0.5
+    return SAFETY.order * base
+
+
+def assess_order(
+    expected: torch.Tensor,
+    actual: torch.Tensor,
+    honest: dict[str, torch.Tensor],
+    *,
+    magnitude: torch.Tensor,
+    n: int,
+    worst_case: bool = False,
+    accumulate_u: float | None = None,
+    magnitude_name: str = "sum |terms|",
+) -> Assessment:
+    """Order bound for reductions and dot products of length ``n``.
+
+    ``bound = c(N) * u_acc * M + output_rounding_units * u_out * |ref|``: ``M`` is the magnitude of
+    the computation (the sum of |terms| per output, from evaluating the linear part on
+    absolute values in fp64), ``u_acc`` the unit roundoff the reduction is promised in
+    (fp32 unless the contract says TF32), the second term the final rounding to the output
+    dtype. Cancellation cannot hide a lost term: M does not cancel.
+    """
+    out_dtype = actual.dtype
+    u_out = unit_roundoff(out_dtype)
+    u_acc = unit_roundoff(torch.float32) if accumulate_u is None else accumulate_u
+    ref = expected.to(torch.float64)
+    mag = magnitude.to(torch.float64).abs()
+    if tuple(mag.shape) != tuple(ref.shape):
+        mag = mag.expand_as(ref) if mag.dim() <= ref.dim() else ref.abs()
+    classes, judged = _honest_agreement(ref, out_dtype, honest)
+    # An infinite magnitude (an honest overflow of |terms|) bounds nothing: fall back to |ref|.
+    mag = torch.where(torch.isfinite(mag), mag, ref.abs())
+    c = order_coefficient(n, worst_case)
+    bound = c * u_acc * mag + SAFETY.output_rounding_units * u_out * ref.abs()
+    bound = _subnormal_floor(ref, bound, out_dtype)
+    params = {
+        "output_dtype": _dtype_str(out_dtype),
+        "n": int(n),
+        "bound_kind": "worst-case" if worst_case else "probabilistic",
+        "coefficient": c,
+        "accumulate_unit_roundoff": u_acc,
+        "output_unit_roundoff": u_out,
+        "magnitude": magnitude_name,
+        "max_magnitude": float(mag[torch.isfinite(mag)].max()) if mag.numel() else 0.0,
+        "bound": (
+            f"{c:.4g} * {u_acc:.3e} * M + {SAFETY.output_rounding_units} * {u_out:.3e} * |ref| "
+            f"(c = {'N' if worst_case else f'{SAFETY.order_probabilistic} sqrt(N)'}"
+            f" x {SAFETY.order}, N = {n})"
+        ),
+        "honest_runs": sorted(honest),
+    }
+    return _assess(ref, actual, classes, judged, "order", params, bound)
+
+
+def assess_with(
+    model: str,
+    params: dict[str, Any],
+    expected: torch.Tensor,
+    actual: torch.Tensor,
+    honest: dict[str, torch.Tensor],
+    *,
+    magnitude: torch.Tensor | None = None,
+    n: int = 1,
+) -> Assessment:
+    """Dispatch on the contract's error model name (``ErrorModelSpec.name``/``params``)."""
+    if model == "ensemble":
+        return assess_ensemble(expected, actual, honest)
+    recipe = str(params.get("magnitude", "output"))
+    if model == "elementwise":
+        scale = None if magnitude is None or recipe == "output" else magnitude
+        return assess_elementwise(
+            expected, actual, honest, scale=scale, scale_name="|ref|" if scale is None else recipe
+        )
+    if model == "order":
+        if params.get("tf32"):
+            accumulate_u = TF32_UNIT_ROUNDOFF
+        else:
+            accumulate_u = unit_roundoff(
+                getattr(torch, str(params.get("accumulate_dtype", "float32")))
+            )
+        return assess_order(
+            expected,
+            actual,
+            honest,
+            magnitude=expected.abs() if magnitude is None else magnitude,
+            n=n,
+            worst_case=params.get("bound") == "worst-case",
+            accumulate_u=accumulate_u,
+            magnitude_name=recipe,
+        )
+    raise ValueError(f"unknown error model {model!r} (known: ensemble, elementwise, order)")
 
 
 def _assess(

@@ -81,6 +81,17 @@ class Oracle:
             runs["cpu-fp32"] = self.cpu_fp32(inputs)
         return runs
 
+    def magnitude(self, inputs: list[Any], entry_name: str) -> tuple[list[Any], int]:
+        """Per-output magnitudes and reduction length N for a library entry's error model.
+
+        The fp64 reference re-runs with the entry's reduction op replaced by its magnitude
+        recipe (e.g. ``|A| @ |B|``; see ``contract.match``), on the exact input values.
+        """
+        from kernelgate.contract.library import entry
+        from kernelgate.contract.match import magnitude
+
+        return magnitude(self.model64, _cast(inputs, torch.float64, self.device), entry(entry_name))
+
 
 @dataclass
 class SizedOracle(Oracle):

@@ -54,16 +54,21 @@ class WorkerSession:
     load_timeout: float = 600.0
     calls: int = 0
     starts: int = 0
+    kernels: list[dict[str, Any]] = field(default_factory=list)  # launches seen (RES-02)
+    wrapper: list[str] = field(default_factory=list)  # e.g. compute-sanitizer argv (RES-01)
+    exit_grace: float = 2.0  # seconds a worker may take to exit before it is killed
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _to_worker: int = -1
     _from_worker: int = -1
     _log: Any = field(default=None, repr=False)
+    _built_for: str | None = field(default=None, repr=False)  # see ``use_init``
 
     # -- life cycle -----------------------------------------------------------------------
     def start(self) -> None:
         """Spawn a worker and load the candidate; a failure is a CandidateLoadError."""
         self.close()
         self.starts += 1
+        self._built_for = None  # a fresh worker builds ModelNew from ``init_inputs``
         judge_read, worker_write = os.pipe()
         worker_read, judge_write = os.pipe()
         if self._log is not None:
@@ -78,6 +83,7 @@ class WorkerSession:
             env["CUDA_VISIBLE_DEVICES"] = ""
         self._process = subprocess.Popen(
             [
+                *self.wrapper,
                 sys.executable,
                 "-m",
                 "kernelgate.sandbox.worker",
@@ -124,7 +130,7 @@ class WorkerSession:
             with contextlib.suppress(OSError):
                 wire.send_frame(self._to_worker, {"op": "exit"})
             try:
-                process.wait(timeout=2)
+                process.wait(timeout=self.exit_grace)
             except subprocess.TimeoutExpired:
                 self._kill(process)
         for fd in (self._to_worker, self._from_worker):
@@ -143,6 +149,43 @@ class WorkerSession:
             self._log.close()
 
     # -- calls ----------------------------------------------------------------------------
+    def use_init(self, init_inputs: list[Any] | None, key: str | None) -> None:
+        """Make the worker's ``ModelNew`` the one built from ``init_inputs`` (None: the original).
+
+        ``key`` names the init inputs (CMP-03 uses the rebound sizes), so consecutive calls
+        at the same sizes build once. A failure to build is an ``ExecutionIncident``.
+        """
+        if not self.alive:
+            self.start()
+        if key == self._built_for:
+            return
+        values = self.init_inputs if key is None or init_inputs is None else init_inputs
+        blobs: list[bytes] = []
+        header = {"op": "construct", "init_inputs": wire.encode_value(values, blobs)}
+        reply, _ = self._exchange(header, blobs, self.timeout)
+        if not reply.get("ok"):
+            self._built_for = "?"  # unknown state: rebuild on the next request
+            raise ExecutionIncident(
+                "exception",
+                f"ModelNew(*init_inputs) raised: {reply.get('error')}",
+                str(reply.get("traceback", "")),
+            )
+        self._built_for = None if init_inputs is None else key
+
+    def compile_resources(
+        self, records: list[dict[str, Any]], timeout: float = 300.0
+    ) -> list[dict[str, Any]]:
+        """Ask the worker to compile interpreted Triton launches offline (RES-02, CPU mode)."""
+        if not self.alive:
+            self.start()
+        header = {"op": "resources", "records": records, "timeout": timeout}
+        reply, _ = self._exchange(header, [], timeout + 30)
+        results = reply.get("results") if reply.get("ok") else None
+        if not isinstance(results, list):
+            detail = reply.get("error", "malformed reply")
+            return [{"name": r.get("name"), "error": f"worker: {detail}"} for r in records]
+        return [r for r in results if isinstance(r, dict)]
+
     def call(
         self,
         inputs: list[Any],
@@ -150,6 +193,7 @@ class WorkerSession:
         poison: int,
         guard_bytes: int,
         hold_bytes: int = 0,
+        reuse_inputs: bool = False,
     ) -> CallResult:
         """Run ``ModelNew.forward(*inputs)`` once; raise ExecutionIncident if it misbehaves."""
         if not self.alive:
@@ -161,6 +205,7 @@ class WorkerSession:
             "poison": poison,
             "guard_bytes": guard_bytes,
             "hold_bytes": hold_bytes,
+            "reuse_inputs": reuse_inputs,
         }
         self.calls += 1
         started = time.monotonic()
@@ -179,6 +224,9 @@ class WorkerSession:
         except (wire.WireError, KeyError, TypeError, ValueError) as exc:
             self._kill_current()
             raise ExecutionIncident("protocol", f"malformed reply from worker: {exc}") from None
+        kernels = reply.get("kernels")
+        if isinstance(kernels, list):
+            self.kernels.extend(k for k in kernels if isinstance(k, dict))
         return CallResult(outputs, after, allocations, seconds)
 
     def _exchange(

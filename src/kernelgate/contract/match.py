@@ -1,0 +1,272 @@
+"""Matching a reference program against the built-in library, and the op-level recipes.
+
+Matching runs the *reference* forward once under a ``TorchDispatchMode`` that records the
+aten ops it reaches, views and copies set aside; the reference matches an entry when the
+recorded sequence is exactly one of the entry's signatures. The candidate is never
+consulted.
+
+The same mechanism evaluates an entry's error-model inputs on each case: the fp64
+reference is re-run under ``MagnitudeMode``, which reads the reduction length ``N`` from
+the reduction op's arguments and, for the magnitude recipes that need it, replaces that op's
+result by its magnitude (e.g. ``|A| @ |B|`` for ``mm``, ``sum(|x|)`` for ``sum``). Views
+after the op carry the magnitude to the output's shape, so no recipe has to know how the
+reference reshapes its result.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kernelgate.contract.library import LIBRARY, REDUCING_OPS, LibraryEntry, entry
+from kernelgate.contract.spec import Contract, ErrorModelSpec, Provenance, TensorSpec
+from kernelgate.formats.kernelbench import ReferenceProgram
+from kernelgate.oracle.fp64 import flatten_outputs
+
+# Not computation: copies, allocations and metadata. (Views are recognised by is_view.)
+IGNORED_OPS: frozenset[str] = frozenset(
+    {
+        "aten::clone",
+        "aten::_to_copy",
+        "aten::copy_",
+        "aten::_unsafe_view",
+        "aten::contiguous",
+        "aten::detach",
+        "aten::alias",
+        "aten::lift_fresh",
+        "aten::empty",
+        "aten::empty_like",
+        "aten::empty_strided",
+        "aten::resize_",
+        "aten::_reshape_alias",
+        "aten::lift_fresh_copy",
+        "aten::view_copy",
+    }
+)
+
+
+def op_name(func: Any) -> str:
+    """``aten::add`` for ``aten::add.Tensor``: the packet name, overload stripped."""
+    return func.name().split(".")[0]
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the computing aten ops a forward reaches (views and copies ignored)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
+        name = op_name(func)
+        if not getattr(func, "is_view", False) and name not in IGNORED_OPS:
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@torch.no_grad()
+def record_ops(program: ReferenceProgram) -> list[str]:
+    """The aten ops the reference's forward calls on its own ``get_inputs()``."""
+    inputs = program.inputs(seed=42)
+    model = program.build_model(program.init_inputs())
+    with OpRecorder() as recorder:
+        model(*inputs)
+    return recorder.ops
+
+
+def match_entry(ops: Sequence[str]) -> LibraryEntry | None:
+    """The one library entry whose signature is exactly ``ops``, else None."""
+    found = [e for e in LIBRARY if tuple(ops) in e.signatures]
+    return found[0] if len(found) == 1 else None
+
+
+def has_reduction(ops: Sequence[str]) -> bool:
+    return any(op in REDUCING_OPS for op in ops)
+
+
+# -- reduction lengths ----------------------------------------------------------------------
+def _reduced(shape: Sequence[int], dims: Any) -> int:
+    if dims is None or (isinstance(dims, list | tuple) and len(dims) == 0):
+        return math.prod(shape)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return math.prod(shape[d] for d in dims) if shape else 1
+
+
+def _conv_length(args: Sequence[Any]) -> int:
+    weight = args[1]
+    transposed = len(args) > 6 and bool(args[6])
+    groups = int(args[8]) if len(args) > 8 else 1
+    window = math.prod(weight.shape[2:])
+    return (weight.shape[0] // max(groups, 1) if transposed else weight.shape[1]) * window
+
+
+# op -> N from its arguments: how many terms one output element sums.
+REDUCTION_LENGTH: dict[str, Callable[[Sequence[Any]], int]] = {
+    "aten::sum": lambda a: _reduced(a[0].shape, a[1] if len(a) > 1 else None),
+    "aten::mean": lambda a: _reduced(a[0].shape, a[1] if len(a) > 1 else None),
+    "aten::_softmax": lambda a: a[0].shape[a[1]] if a[0].dim() else 1,
+    "aten::_log_softmax": lambda a: a[0].shape[a[1]] if a[0].dim() else 1,
+    "aten::mm": lambda a: a[0].shape[-1],
+    "aten::bmm": lambda a: a[0].shape[-1],
+    "aten::addmm": lambda a: a[1].shape[-1],
+    "aten::native_layer_norm": lambda a: math.prod(a[1]),
+    "aten::_fused_rms_norm": lambda a: math.prod(a[1]),
+    "aten::convolution": _conv_length,
+}
+
+
+# -- magnitude recipes ----------------------------------------------------------------------
+def _abs(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.abs()
+    if isinstance(value, list | tuple):
+        return type(value)(_abs(v) for v in value)
+    return value
+
+
+def _abs_linear(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """The op on absolute values: sum of |terms| for a linear or bilinear op."""
+    return func(*_abs(list(args)), **_abs(kwargs))
+
+
+def _input_abs(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    return func(*args, **kwargs).abs() + args[0].abs()
+
+
+def _log_normalizer(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """log_softmax: the normalizer's relative error is an absolute error of the output."""
+    return func(*args, **kwargs).abs() + 1.0
+
+
+def _layer_norm(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """(mean|x| + |x - mu|) / sigma * |w| + |b|: the mean's error, scaled by 1/sigma."""
+    _, mean, rstd = func(*args, **kwargs)
+    x, shape = args[0], args[1]
+    weight = args[2] if len(args) > 2 else None
+    bias = args[3] if len(args) > 3 else None
+    dims = tuple(range(x.dim() - len(shape), x.dim()))
+    mu = x.mean(dims, keepdim=True)
+    scale = (x.abs().mean(dims, keepdim=True) + (x - mu).abs()) * rstd.reshape(mu.shape)
+    if weight is not None:
+        scale = scale * weight.abs()
+    if bias is not None:
+        scale = scale + bias.abs()
+    return scale, mean, rstd
+
+
+# recipe -> replacement of the reduction op's result (None: |output| after the forward)
+RECIPES: dict[str, Callable[[Any, Sequence[Any], dict[str, Any]], Any] | None] = {
+    "output": None,
+    "abs-linear": _abs_linear,
+    "input-abs": _input_abs,
+    "log-normalizer": _log_normalizer,
+    "layer-norm": _layer_norm,
+}
+
+
+class MagnitudeMode(TorchDispatchMode):
+    """Re-runs a reference with the entry's key op replaced by its magnitude; records N."""
+
+    def __init__(self, lib_entry: LibraryEntry) -> None:
+        super().__init__()
+        self.entry = lib_entry
+        self.ops = {op for signature in lib_entry.signatures for op in signature}
+        self.recipe = RECIPES[lib_entry.magnitude]
+        self.n = 1
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        name = op_name(func)
+        if name not in self.ops:
+            return func(*args, **kwargs)
+        if name in REDUCTION_LENGTH:
+            self.n = max(self.n, int(REDUCTION_LENGTH[name](args)))
+        if self.recipe is not None and (name in REDUCTION_LENGTH or not self.entry.reduces):
+            return self.recipe(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+@torch.no_grad()
+def magnitude(
+    model64: torch.nn.Module, inputs64: list[Any], lib_entry: LibraryEntry
+) -> tuple[list[Any], int]:
+    """Per-output magnitudes (fp64, CPU) and the reduction length N of one case."""
+    mode = MagnitudeMode(lib_entry)
+    with mode:
+        outputs = flatten_outputs(model64(*inputs64))
+    scales = [
+        (o.abs() if RECIPES[lib_entry.magnitude] is None else o).detach().cpu()
+        if isinstance(o, torch.Tensor)
+        else o
+        for o in outputs
+    ]
+    return scales, mode.n
+
+
+# -- contracts ------------------------------------------------------------------------------
+def _has_float_state(program: ReferenceProgram) -> bool:
+    model = program.build_model(program.init_inputs())
+    return any(t.is_floating_point() for t in [*model.parameters(), *model.buffers()])
+
+
+def library_contract(
+    program: ReferenceProgram, derived: Contract, ops: Sequence[str] | None = None
+) -> Contract | None:
+    """The library contract for ``program`` if its ops match an entry, else None.
+
+    Built on ``derived`` (its dims, found by re-running the reference at other sizes), with
+    the entry's dtypes, layouts and error model. A model with floating parameters keeps its
+    reference dtype only: running it at another dtype needs the weights cast too, which the
+    harness does not do.
+    """
+    ops = list(ops) if ops is not None else record_ops(program)
+    found = match_entry(ops)
+    if found is None:
+        return None
+    fixed_dtype = _has_float_state(program)
+    inputs: list[Any] = []
+    for spec in derived.inputs:
+        if isinstance(spec, TensorSpec) and spec.integer_values is None:
+            dtypes = (
+                spec.dtypes
+                if fixed_dtype
+                else list(dict.fromkeys(spec.dtypes + list(found.dtypes)))
+            )
+            spec = replace(spec, dtypes=dtypes, layouts=list(found.layouts))
+        inputs.append(spec)
+    contract = copy.deepcopy(derived)
+    contract.inputs = inputs
+    contract.postcondition.error_model = ErrorModelSpec(
+        found.error_model,
+        {
+            "entry": found.name,
+            "magnitude": found.magnitude,
+            "bound": "probabilistic",
+            "accumulate_dtype": "float32",
+            "tf32": found.tf32_default,
+        },
+    )
+    contract.provenance = Provenance(
+        source="library",
+        detail=f"library entry {found.name!r}: the reference calls exactly "
+        f"{' -> '.join(ops)}; dims as derived ({derived.provenance.detail})"
+        + ("; reference dtype only (the model has floating parameters)" if fixed_dtype else ""),
+        reference_sha256=derived.provenance.reference_sha256,
+    )
+    return contract
+
+
+def library_entry_of(contract: Contract) -> LibraryEntry | None:
+    """The library entry a contract's error model names, if any."""
+    name = contract.postcondition.error_model.params.get("entry")
+    return entry(name) if name else None

@@ -1,0 +1,212 @@
+"""EXC-02: subnormal inputs and signed zeros keep the oracle's class and sign.
+
+Kernels that flush subnormals to zero (an ``ftz`` math mode, a hand-written
+``where(|x| < tiny, 0, x)``) or lose the sign of zero (``x + 0.0`` turns ``-0`` into
+``+0``, a ``max(x, 0)`` written the wrong way round) are invisible to any tolerance-based
+check: the absolute error is below 1e-38. They matter all the same: ``1 / -0`` is ``-inf``,
+``atan2`` and ``copysign`` read the sign, and a flushed gradient never recovers.
+
+The gate feeds every floating input with signed zeros, subnormals of the input dtype and
+values within a few ulps of the smallest normal, mixed with ordinary normal values, and
+compares, position by position, the IEEE class (zero / subnormal / normal / inf / nan) and
+the sign bit of each output with the fp64 oracle rounded to the output dtype. Tolerance-free.
+Under the contract's flush policy ``flush-allowed`` an expected subnormal may come back as
+a zero of the same sign; ``preserve`` demands the exact class.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any, ClassVar
+
+import torch
+
+from kernelgate.contract.spec import FlushPolicy
+from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult
+from kernelgate.gates.outputs import structure_findings
+from kernelgate.oracle.compare import MAX_POSITIONS, first_positions, scalar
+
+# (case name, probabilities of subnormal, near-smallest-normal, signed zero, normal)
+CASES: list[tuple[str, tuple[float, float, float, float]]] = [
+    ("subnormal-mix", (0.3, 0.2, 0.2, 0.3)),
+    ("signed-zeros", (0.0, 0.0, 0.7, 0.3)),
+    ("subnormal-only", (0.6, 0.25, 0.15, 0.0)),
+    ("near-smallest-normal", (0.1, 0.6, 0.1, 0.2)),
+]
+NEAR_TINY_ULPS = 4  # "near the smallest normal": within this many ulps on either side
+
+
+class FloatClass(IntEnum):
+    """The classes EXC-02 compares (finer than EXC-01's: zero and subnormal are split out)."""
+
+    ZERO = 0
+    SUBNORMAL = 1
+    NORMAL = 2
+    INF = 3
+    NAN = 4
+
+
+def float_classes(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Per-element ``FloatClass`` (int8) of ``values`` rounded to ``dtype``.
+
+    Rounding first matters: a float64 oracle value can be normal in float64 and subnormal
+    (or zero) once rounded to the output dtype, which is the value an honest kernel stores.
+    """
+    t = values.detach().cpu().to(dtype)
+    magnitude = t.abs()
+    classes = torch.full(t.shape, FloatClass.NORMAL, dtype=torch.int8)
+    classes[magnitude < torch.finfo(dtype).tiny] = FloatClass.SUBNORMAL
+    classes[t == 0] = FloatClass.ZERO
+    classes[torch.isinf(t)] = FloatClass.INF
+    classes[torch.isnan(t)] = FloatClass.NAN
+    return classes
+
+
+def sign_bits(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Sign bit of each element after rounding to ``dtype`` (``-0.0`` has it set)."""
+    return torch.signbit(values.detach().cpu().to(dtype))
+
+
+def accepted(
+    want: torch.Tensor,
+    got: torch.Tensor,
+    dtype: torch.dtype,
+    flush: FlushPolicy,
+) -> torch.Tensor:
+    """Where ``got`` keeps ``want``'s class and sign under ``flush`` (both rounded to dtype)."""
+    want_cls, got_cls = float_classes(want, dtype), float_classes(got, dtype)
+    same_sign = (sign_bits(want, dtype) == sign_bits(got, dtype)) | (want_cls == FloatClass.NAN)
+    ok = (want_cls == got_cls) & same_sign
+    # A non-zero exact result that underflows to zero: the zero's sign depends on whether
+    # the hardware fuses multiply and add (an unfused dot rounds each tiny product to +-0
+    # before summing), so IEEE leaves it to the implementation. Either zero is accepted.
+    underflow = (want.detach().cpu() != 0) & (want_cls == FloatClass.ZERO)
+    ok |= underflow & (got_cls == FloatClass.ZERO)
+    if flush is FlushPolicy.FLUSH_ALLOWED:
+        ok |= (want_cls == FloatClass.SUBNORMAL) & (got_cls == FloatClass.ZERO) & same_sign
+    return ok
+
+
+def subnormal_values(
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    seed: int,
+    mix: tuple[float, float, float, float],
+) -> torch.Tensor:
+    """Seeded values of ``dtype``: subnormals, near-smallest-normals, signed zeros, normals.
+
+    Every value is built exactly in float64 (subnormals of fp32/fp16/bf16 are integer
+    multiples of the smallest subnormal, all representable in float64) and then cast, so
+    the candidate and the oracle see the same bits.
+    """
+    g = torch.Generator().manual_seed(seed)
+    finfo = torch.finfo(dtype)
+    tiny, eps = float(finfo.tiny), float(finfo.eps)
+    smallest = tiny * eps  # smallest positive subnormal
+    steps = round(1 / eps)  # subnormals are k * smallest, 1 <= k < steps
+    numel = 1
+    for size in shape:
+        numel *= size
+    sign = torch.where(torch.rand(numel, generator=g) < 0.5, -1.0, 1.0).double()
+    subnormal = torch.randint(1, steps, (numel,), generator=g).double() * smallest
+    ulps = torch.randint(-NEAR_TINY_ULPS, NEAR_TINY_ULPS + 1, (numel,), generator=g).double()
+    near_tiny = tiny + ulps * smallest  # below tiny: the largest subnormals; above: normals
+    normal = torch.randn(numel, generator=g, dtype=torch.float64).abs() + 0.01
+    choice = torch.multinomial(torch.tensor(mix, dtype=torch.float64), numel, True, generator=g)
+    magnitude = torch.stack(
+        [subnormal, near_tiny, torch.zeros(numel, dtype=torch.float64), normal]
+    )[choice, torch.arange(numel)]
+    values = (sign * magnitude).to(dtype)  # sign * 0.0 keeps the sign: -0.0 is drawn too
+    return values.reshape(shape)
+
+
+class SubnormalGate(Gate):
+    id: ClassVar[str] = "EXC-02"
+    kind: ClassVar[GateKind] = GateKind.EXACT
+    title: ClassVar[str] = "subnormals and signed zeros"
+
+    def run(self, ctx: GateContext) -> GateResult:
+        targets = [
+            i
+            for i, v in enumerate(ctx.template)
+            if isinstance(v, torch.Tensor) and v.is_floating_point()
+        ]
+        if not targets:
+            return self.skipped("no floating-point input to feed subnormals or signed zeros")
+        flush = ctx.contract.postcondition.flush
+        judged = excluded = 0
+        per_case: dict[str, dict[str, int]] = {}
+        for index, (name, mix) in enumerate(CASES):
+            seed = ctx.case_seed(self.id, index)
+            case = ctx.drawn_case(name, seed)
+            case.values = [
+                subnormal_values(tuple(v.shape), v.dtype, seed + 7919 * i, mix)
+                if i in targets
+                else v
+                for i, v in enumerate(case.values)
+            ]
+            run = ctx.run(self.id, case)
+            expected, honest = ctx.expected(case), ctx.honest(case)
+            structure = structure_findings(run.outputs, expected, honest["native-eager"])
+            if structure:
+                return self.failed(
+                    ctx, "output structure differs from the reference", run, structure
+                )
+            case_judged = case_excluded = 0
+            for k, (want, got) in enumerate(zip(expected, run.outputs)):
+                if not isinstance(want, torch.Tensor) or not got.is_floating_point():
+                    continue
+                dtype = got.dtype
+                agree = torch.ones(want.shape, dtype=torch.bool)
+                for honest_run in honest.values():
+                    agree &= accepted(want, honest_run[k], dtype, flush)
+                bad = agree & ~accepted(want, got, dtype, flush)
+                case_judged += int(agree.sum())
+                case_excluded += int((~agree).sum())
+                if bad.any():
+                    findings = [
+                        self._finding(k, pos, want, got, dtype)
+                        for pos in first_positions(bad)[:MAX_POSITIONS]
+                    ]
+                    return self.failed(
+                        ctx,
+                        f"{int(bad.sum())} output position(s) of output {k} lose the oracle's "
+                        f"class or sign on {name} (flush policy {flush.value})",
+                        run,
+                        findings,
+                        {
+                            "flush_policy": flush.value,
+                            "mismatched_positions": int(bad.sum()),
+                            "judged_positions": judged + case_judged,
+                            "excluded_honest_disagreement": excluded + case_excluded,
+                        },
+                    )
+            judged += case_judged
+            excluded += case_excluded
+            per_case[name] = {"judged": case_judged, "excluded": case_excluded}
+        return self.passed(
+            f"class and sign equal the oracle's at {judged} positions over {len(CASES)} "
+            f"subnormal / signed-zero cases (flush policy {flush.value})",
+            {
+                "flush_policy": flush.value,
+                "judged_positions": judged,
+                "excluded_honest_disagreement": excluded,
+                "cases": per_case,
+            },
+        )
+
+    @staticmethod
+    def _finding(
+        k: int, pos: tuple[int, ...], want: torch.Tensor, got: torch.Tensor, dtype: torch.dtype
+    ) -> dict[str, Any]:
+        rounded = want.to(dtype)
+        return {
+            "output": k,
+            "output_position": list(pos),
+            "expected_class": FloatClass(int(float_classes(rounded[pos], dtype))).name,
+            "actual_class": FloatClass(int(float_classes(got[pos], dtype))).name,
+            "expected_sign": "-" if bool(torch.signbit(rounded[pos])) else "+",
+            "actual_sign": "-" if bool(torch.signbit(got[pos])) else "+",
+            "expected": scalar(rounded[pos]),
+            "actual": scalar(got[pos]),
+        }

@@ -1,0 +1,87 @@
+"""Adversarial inputs for reductions: cancellation (ORD-01) and long accumulations (PRC-02).
+
+ORD-01 builds rows where large terms cancel exactly and small positive residues carry the
+answer. The magnitude of the computation (sum of |terms|) is dominated by the large terms,
+so the order bound is generous, yet:
+- a kernel that drops the last partial block loses a large term: error ~ B, far past it;
+- a long sequential running sum holds ~B while the residues arrive, and each residue is
+  below half an ulp of B, so all of them are lost: error ~ sum of residues, past the
+  probabilistic bound once the row is long;
+- a reduction whose grouping depends on a race sees the same effect in some schedules.
+``B = 2**p`` for a p-bit significand: the smallest power of two whose half-ulp exceeds
+every residue, which makes the loss maximal relative to the bound.
+
+PRC-02 builds long one-signed rows of values in [0.5, 1.5) with full fraction bits: a
+running sum in fp16 or bf16 rounds at every step at the partial sum's ulp, so its error is
+thousands of times the fp32 order bound at any length.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PATTERNS = ("cancel-ends", "cancel-pairs", "sorted-descending", "sorted-ascending")
+
+
+def significand_bits(dtype: torch.dtype) -> int:
+    """p for a dtype whose unit roundoff is 2**-p (24 for fp32, 11 fp16, 8 bf16)."""
+    return round(-torch.log2(torch.tensor(torch.finfo(dtype).eps)).item()) + 1
+
+
+def _rows(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
+    n = shape[axis] if shape else 1
+    return (max(1, (torch.Size(shape).numel() // max(n, 1))) if shape else 1), n
+
+
+def _to_axis(rows: torch.Tensor, shape: tuple[int, ...], axis: int) -> torch.Tensor:
+    """(rows, N) laid along ``axis`` of ``shape``."""
+    if not shape:
+        return rows.reshape(())
+    moved = list(shape)
+    n = moved.pop(axis)
+    return rows.reshape(*moved, n).movedim(-1, axis).contiguous()
+
+
+def cancellation(
+    pattern: str, seed: int, shape: tuple[int, ...], dtype: torch.dtype, axis: int = -1
+) -> torch.Tensor:
+    """Values of ``dtype`` whose reduction along ``axis`` cancels large terms exactly."""
+    g = torch.Generator().manual_seed(seed)
+    axis = axis % len(shape) if shape else 0
+    n_rows, n = _rows(tuple(shape), axis)
+    big = 2.0 ** significand_bits(dtype)
+    rows = (torch.rand((n_rows, n), generator=g, dtype=torch.float64) * 0.75 + 0.25).to(dtype)
+    rows = rows.to(torch.float64)
+    if n >= 2:
+        if pattern == "cancel-ends":
+            rows[:, 0], rows[:, -1] = big, -big
+        elif pattern == "cancel-pairs":
+            pairs = max(1, n // 64)
+            for r in range(n_rows):
+                where = torch.randperm(n, generator=g)[: 2 * pairs]
+                scale = big * 2.0 ** torch.randint(0, 3, (pairs,), generator=g).to(torch.float64)
+                rows[r, where[:pairs]] = scale
+                rows[r, where[pairs:]] = -scale
+        elif pattern == "sorted-descending":
+            rows = rows.sort(dim=1, descending=True).values
+            rows[:, 0], rows[:, -1] = big, -big
+        elif pattern == "sorted-ascending":
+            rows = rows.sort(dim=1).values
+            rows[:, -2], rows[:, -1] = big, -big
+        else:
+            raise ValueError(f"unknown cancellation pattern {pattern!r}; known: {PATTERNS}")
+    return _to_axis(rows, tuple(shape), axis).to(dtype)
+
+
+def long_positive(
+    seed: int, shape: tuple[int, ...], dtype: torch.dtype, spread: float = 1.0
+) -> torch.Tensor:
+    """One-signed values in [1 - spread/2, 1 + spread/2) with full fraction bits (PRC-02)."""
+    g = torch.Generator().manual_seed(seed)
+    values = 1.0 + (torch.rand(tuple(shape), generator=g, dtype=torch.float64) - 0.5) * spread
+    return values.to(dtype)
+
+
+def ones_like_template(template: torch.Tensor) -> torch.Tensor:
+    """Exact ones: the partner operand of a contraction keeps the cancellation exact."""
+    return torch.ones(template.shape, dtype=template.dtype)

@@ -1,0 +1,471 @@
+"""Resource usage of the kernels a candidate launches: registers, spills, shared memory.
+
+Three sources, one record shape (see ``docs/evidence.md``, RES-02):
+
+* Device mode, Triton: the worker wraps ``JITFunction.run`` before the candidate is
+  imported; every kernel a call launches is recorded with the compiled kernel's own
+  figures (``n_regs``, ``n_spills`` as the driver reports them, ``metadata.shared``).
+* CPU mode, Triton under the interpreter: nothing is compiled, so the worker records each
+  launch's specialization (argument types, divisibility, constexprs, launch options) and
+  the judge asks the worker to compile those kernels offline for the target GPU
+  (``triton.compile`` with a ``GPUTarget``; Triton ships ``ptxas`` and ``cuobjdump``, no
+  driver is needed) in a helper forked before Triton was imported (``CompileServer``),
+  which imports Triton and the candidate without the interpreter,
+  then reads the cubin's resource usage with ``cuobjdump --dump-resource-usage``.
+* CUDA C++ extensions (``load_inline``): the worker reports the extension's shared
+  objects; the judge runs ``cuobjdump --dump-resource-usage`` on them (every kernel in the
+  candidate's extension, launched or not).
+
+Everything here that runs in the worker or the offline compiler sees candidate code; the
+judge only parses JSON numbers and ``cuobjdump`` text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TARGET_ARCH = 90  # the offline compile target: sm_90 (H100/H200), the budget's device
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
+MAX_RECORDS = 256  # a candidate launching more distinct kernels than this is cut off here
+
+
+# -- worker side --------------------------------------------------------------------------
+class LaunchRecorder:
+    """Records the kernels launched in this process (installed by the worker before import).
+
+    ``drain()`` returns the records first seen since the last drain, as JSON-ready dicts.
+    """
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.pending: list[dict[str, Any]] = []
+        self.modules_before: set[str] = set(sys.modules)
+        self.notes: list[str] = []
+
+    def _add(self, record: dict[str, Any]) -> None:
+        key = json.dumps(record, sort_keys=True, default=str)
+        if key not in self.seen and len(self.seen) < MAX_RECORDS:
+            self.seen.add(key)
+            self.pending.append(record)
+
+    def install(self, interpreter: bool) -> None:
+        """Wrap Triton's launch entry point (compiled or interpreted); a no-op without Triton."""
+        try:
+            if interpreter:
+                from triton.runtime.interpreter import InterpretedFunction
+
+                self._wrap(InterpretedFunction, self._record_interpreted)
+            else:
+                from triton.runtime.jit import JITFunction
+
+                self._wrap(JITFunction, self._record_compiled)
+        except Exception as exc:  # no Triton, or an API this code does not know
+            self.notes.append(f"Triton launch hook not installed: {type(exc).__name__}: {exc}")
+
+    def _wrap(self, cls: type, record: Any) -> None:
+        original = cls.run
+        recorder = self
+
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            kernel = original(self, *args, **kwargs)  # grid=, warmup= travel in kwargs
+            if not kwargs.get("warmup", False):
+                try:
+                    record(self, kernel, args, kwargs)
+                except Exception as exc:  # never let bookkeeping break a launch
+                    recorder.notes.append(f"launch not recorded: {type(exc).__name__}: {exc}")
+            return kernel
+
+        cls.run = run
+
+    def _record_compiled(self, fn: Any, kernel: Any, args: Any, kwargs: Any) -> None:
+        if kernel is None:
+            return
+        metadata = kernel.metadata
+        n_regs = getattr(kernel, "n_regs", None)
+        if n_regs is None and hasattr(kernel, "_init_handles"):
+            kernel._init_handles()
+            n_regs = getattr(kernel, "n_regs", None)
+        n_spills = getattr(kernel, "n_spills", None)
+        target = getattr(metadata, "target", None)
+        self._add(
+            {
+                "backend": "triton",
+                "source": "compiled kernel launched on the device",
+                "name": str(getattr(metadata, "name", getattr(fn, "__name__", "?"))),
+                "hash": str(getattr(metadata, "hash", "")),
+                "registers": None if n_regs is None else int(n_regs),
+                # the driver's local size in 32-bit words (Triton's n_spills = LOCAL bytes / 4)
+                "spill_bytes": None if n_spills is None else 4 * int(n_spills),
+                "shared_bytes": int(metadata.shared),
+                "num_warps": int(getattr(metadata, "num_warps", 0)),
+                "arch": str(getattr(target, "arch", "")),
+            }
+        )
+
+    def _record_interpreted(self, fn: Any, kernel: Any, args: Any, kwargs: Any) -> None:
+        options = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+        self._add(launch_specialization(fn.fn, args, options))
+
+    def extensions(self) -> list[dict[str, Any]]:
+        """Shared objects of CUDA C++ extensions the candidate built and loaded."""
+        # Only the torch extensions build root counts (where load_inline builds): Triton's own
+        # launcher modules and library .so files are not the candidate's kernels.
+        paths: set[str] = set()
+        root = _torch_extensions_root()
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None) or ""
+            if name in self.modules_before or not file.endswith(".so"):
+                continue
+            if root and os.path.realpath(file).startswith(root):
+                paths.add(os.path.realpath(file))
+        with contextlib.suppress(OSError):
+            for line in Path("/proc/self/maps").read_text().splitlines():
+                path = line.split(maxsplit=5)[-1] if len(line.split()) >= 6 else ""
+                if path.endswith(".so") and root and os.path.realpath(path).startswith(root):
+                    paths.add(os.path.realpath(path))
+        return [{"backend": "cuda-extension", "path": p} for p in sorted(paths)]
+
+    def drain(self) -> list[dict[str, Any]]:
+        out = self.pending
+        self.pending = []
+        for record in self.extensions():
+            self._add(record)
+        out += self.pending
+        self.pending = []
+        for note in self.notes:
+            out.append({"backend": "note", "detail": note[:500]})
+        self.notes = []
+        return out
+
+
+def _torch_extensions_root() -> str:
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if root:
+        return os.path.realpath(root)
+    with contextlib.suppress(Exception):
+        from torch.utils.cpp_extension import get_default_build_root
+
+        return os.path.realpath(get_default_build_root())
+    return ""
+
+
+def _jsonable(value: Any) -> Any:
+    value = getattr(value, "value", value)  # tl.constexpr wraps its value
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"constexpr value {value!r} cannot be recorded")
+
+
+def launch_specialization(fn: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """How Triton would specialize this launch: argument types, 16-divisibility, constexprs.
+
+    Uses Triton's own specializer where it is available, so the offline compile sees the
+    kernel the device would compile for the same arguments.
+    """
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import native_specialize_impl
+
+    params = inspect.signature(fn).parameters
+    bound = inspect.signature(fn).bind_partial(
+        *args, **{k: v for k, v in kwargs.items() if k in params}
+    )
+    bound.apply_defaults()
+    signature: dict[str, str] = {}
+    constexprs: dict[str, Any] = {}
+    attrs: dict[str, str] = {}
+    for name, param in params.items():
+        value = bound.arguments.get(name)
+        if "constexpr" in str(param.annotation):
+            signature[name] = "constexpr"
+            constexprs[name] = _jsonable(value)
+            continue
+        kind, attr = native_specialize_impl(BaseBackend, value, False, True, True)
+        signature[name] = kind
+        if kind == "constexpr":
+            constexprs[name] = _jsonable(attr)
+        elif isinstance(attr, str) and attr:
+            attrs[name] = attr
+    return {
+        "backend": "triton-interpreter",
+        "name": fn.__name__,
+        "file": inspect.getsourcefile(fn) or "",
+        "signature": signature,
+        "constexprs": constexprs,
+        "attrs": attrs,
+        "options": {k: _jsonable(kwargs[k]) for k in LAUNCH_OPTIONS if k in kwargs},
+    }
+
+
+# -- judge side ---------------------------------------------------------------------------
+_FUNCTION = re.compile(r"^\s*Function ([^:]+):\s*$")
+_FIGURE = re.compile(r"([A-Z]+(?:\[\d+\])?):(\d+)")
+_ARCH = re.compile(r"arch = (sm_\d+\w*)")
+
+
+def find_cuobjdump() -> str | None:
+    """``cuobjdump`` from the CUDA toolkit, or the copy Triton ships."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    candidates = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "cuobjdump"]
+    with contextlib.suppress(ImportError):
+        import triton
+
+        candidates.append(
+            Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        )
+    return next((str(c) for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+
+
+def parse_resource_usage(text: str) -> list[dict[str, Any]]:
+    """Kernels and their figures from ``cuobjdump --dump-resource-usage`` output."""
+    kernels: list[dict[str, Any]] = []
+    arch = ""
+    current: str | None = None
+    for line in text.splitlines():
+        if match := _ARCH.search(line):
+            arch = match.group(1)
+        if match := _FUNCTION.match(line):
+            current = match.group(1).strip()
+            continue
+        if current is not None and "REG:" in line:
+            figures = {k: int(v) for k, v in _FIGURE.findall(line)}
+            kernels.append(
+                {
+                    "name": current,
+                    "arch": arch,
+                    "registers": figures.get("REG", 0),
+                    "stack_bytes": figures.get("STACK", 0),
+                    "static_shared_bytes": figures.get("SHARED", 0),
+                    "local_bytes": figures.get("LOCAL", 0),
+                }
+            )
+            current = None
+    return kernels
+
+
+def dump_resource_usage(path: str, timeout: float = 120.0) -> tuple[list[dict[str, Any]], str]:
+    """Run ``cuobjdump --dump-resource-usage`` on a cubin or shared object.
+
+    Returns the kernels found and, when none could be read, why.
+    """
+    tool = find_cuobjdump()
+    if tool is None:
+        return [], "cuobjdump not found (CUDA toolkit or Triton's bundled copy)"
+    try:
+        done = subprocess.run(
+            [tool, "--dump-resource-usage", path],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [], f"cuobjdump failed: {exc}"
+    kernels = parse_resource_usage(done.stdout)
+    if not kernels:
+        return [], f"cuobjdump found no SASS in {path} ({done.stderr.strip()[:300] or 'PTX only?'})"
+    return kernels, ""
+
+
+class CompileServer:
+    """A forked helper of the worker that compiles interpreted launches offline (CPU mode).
+
+    It must be forked before the worker imports Triton: under ``TRITON_INTERPRET=1``
+    Triton's own library functions (``tl.max``, ``tl.sum``, ...) become interpreted at
+    import, and running interpreted kernels patches ``triton.language`` in place, so only a
+    process that never imported Triton can compile for a GPU. The child has torch imported
+    already (forking costs no imports), waits for one request at a time (length-prefixed
+    JSON over a pipe), imports Triton and the candidate without the interpreter, compiles
+    and answers. It exits when the worker closes the pipe.
+    """
+
+    def __init__(self, close_fds: tuple[int, ...] = ()) -> None:
+        req_read, self._req_write = os.pipe()
+        self._resp_read, resp_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # child: never returns
+            code = 0
+            try:
+                for fd in (*close_fds, self._req_write, self._resp_read):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                _serve_compiles(req_read, resp_write)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        os.close(req_read)
+        os.close(resp_write)
+
+    def compile(
+        self, candidate: str, records: list[dict[str, Any]], timeout: float
+    ) -> list[dict[str, Any]]:
+        """Figures (or ``error``) for each record; errors for all when the helper fails."""
+
+        def failed(why: str) -> list[dict[str, Any]]:
+            return [{"name": r.get("name"), "error": why} for r in records]
+
+        if self.pid <= 0:
+            return failed("offline compiler not available (helper gone)")
+        try:
+            _write_message(self._req_write, {"candidate": candidate, "records": records})
+            results = _read_message(self._resp_read, time.monotonic() + timeout)
+        except TimeoutError:
+            self.stop()
+            return failed(f"offline compile timed out ({timeout:g} s)")
+        except (OSError, ValueError, EOFError) as exc:
+            self.stop()
+            return failed(f"offline compiler died: {type(exc).__name__}: {exc}")
+        if not isinstance(results, list):
+            return failed("offline compiler sent no list")
+        return [r for r in results if isinstance(r, dict)]
+
+    def stop(self) -> None:
+        if self.pid > 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.pid = -1
+
+
+def _write_message(fd: int, value: Any) -> None:
+    payload = json.dumps(value).encode()
+    view = memoryview(len(payload).to_bytes(8, "little") + payload)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_exact(fd: int, size: int, deadline: float | None) -> bytes:
+    chunks: list[bytes] = []
+    while size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+        chunk = os.read(fd, min(size, 1 << 16))
+        if not chunk:
+            raise EOFError("pipe closed")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_message(fd: int, deadline: float | None = None) -> Any:
+    size = int.from_bytes(_read_exact(fd, 8, deadline), "little")
+    return json.loads(_read_exact(fd, size, deadline))
+
+
+def _serve_compiles(req_fd: int, resp_fd: int) -> None:
+    while True:
+        try:
+            request = _read_message(req_fd)
+        except EOFError:
+            return
+        records = list(request.get("records", []))
+        try:
+            results = _compile_records(str(request["candidate"]), records)
+        except BaseException as exc:
+            results = [
+                {"name": r.get("name"), "error": f"{type(exc).__name__}: {exc}"[:600]}
+                for r in records
+            ]
+        _write_message(resp_fd, results)
+
+
+def _compile_records(candidate: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    os.environ.pop("TRITON_INTERPRET", None)
+    from triton import knobs
+
+    with contextlib.suppress(Exception):
+        knobs.runtime.interpret = False
+    try:
+        spec = importlib.util.spec_from_file_location("kernelgate_candidate_compiled", candidate)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["kernelgate_candidate_compiled"] = module
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        return [
+            {
+                "name": r.get("name"),
+                "error": "candidate import without the interpreter failed: "
+                f"{type(exc).__name__}: {exc}"[:600],
+            }
+            for r in records
+        ]
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="kernelgate-cubin-") as tmp:
+        for record in records:
+            try:
+                results.append(_compile_one(module, record, Path(tmp)))
+            except BaseException as exc:
+                results.append(
+                    {"name": record.get("name"), "error": f"{type(exc).__name__}: {exc}"[:600]}
+                )
+    return results
+
+
+def _find_jit(module: Any, name: str, file: str) -> Any:
+    from triton.runtime.jit import JITFunction
+
+    for value in vars(module).values():
+        seen = 0
+        while value is not None and not isinstance(value, JITFunction) and seen < 8:
+            value, seen = getattr(value, "fn", None), seen + 1
+        if isinstance(value, JITFunction) and value.fn.__name__ == name:
+            source = inspect.getsourcefile(value.fn) or ""
+            if not file or os.path.realpath(source) == os.path.realpath(file):
+                return value
+    raise LookupError(f"kernel {name} is not a module-level @triton.jit of the candidate")
+
+
+def _compile_one(module: Any, record: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    import triton
+    from triton.backends.compiler import BaseBackend, GPUTarget
+    from triton.compiler import ASTSource
+
+    jit = _find_jit(module, record["name"], record.get("file", ""))
+    names = list(record["signature"])
+    attrs = {
+        (names.index(k),): BaseBackend.parse_attr(v) for k, v in record.get("attrs", {}).items()
+    }
+    source = ASTSource(jit, dict(record["signature"]), dict(record["constexprs"]), attrs)
+    compiled = triton.compile(
+        source, target=GPUTarget("cuda", TARGET_ARCH, 32), options=dict(record.get("options", {}))
+    )
+    cubin = tmp / f"{record['name']}.cubin"
+    cubin.write_bytes(compiled.asm["cubin"])
+    kernels, why = dump_resource_usage(str(cubin))
+    if not kernels:
+        return {"name": record["name"], "error": why}
+    usage = kernels[0]
+    return {
+        "backend": "triton",
+        "source": f"offline compile for sm_{TARGET_ARCH} (triton {triton.__version__}, "
+        "ptxas + cuobjdump, no device)",
+        "name": record["name"],
+        "registers": usage["registers"],
+        # ptxas puts spills in the stack frame: local memory = STACK + LOCAL, as the driver's
+        # CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES (Triton's n_spills * 4) counts it on the device
+        "spill_bytes": usage["stack_bytes"] + usage["local_bytes"],
+        "shared_bytes": int(compiled.metadata.shared),
+        "static_shared_bytes": usage["static_shared_bytes"],
+        "num_warps": int(compiled.metadata.num_warps),
+        "arch": f"sm_{TARGET_ARCH}",
+        "specialization": {k: record[k] for k in ("signature", "constexprs", "attrs", "options")},
+    }

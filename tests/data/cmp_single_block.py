@@ -1,0 +1,22 @@
+"""Defect (CMP-03): one program of 1024 lanes, whatever the size (right only when n <= 1024)."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _silu(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, x / (1.0 + tl.exp(-x)), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        _silu[(1,)](x, out, x.numel(), BLOCK=1024)
+        return out

@@ -1,0 +1,22 @@
+"""DEFECT: adds 0.0, which turns every -0.0 into +0.0 (values are otherwise exact)."""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _half_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    y = tl.load(x_ptr + offs, mask=mask) * 0.5
+    tl.store(out_ptr + offs, y + 0.0, mask=mask)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        _half_kernel[(triton.cdiv(n, 256),)](x, out, n, BLOCK=256)
+        return out

@@ -1,0 +1,131 @@
+"""Error models: probabilistic vs worst-case order bounds, magnitude via absolute values,
+the elementwise model, and the evidence each records."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernelgate.contract.library import entry
+from kernelgate.contract.match import magnitude
+from kernelgate.oracle.error_models import (
+    SAFETY,
+    assess_elementwise,
+    assess_ensemble,
+    assess_order,
+    assess_with,
+    order_coefficient,
+    unit_roundoff,
+)
+
+U32 = 2.0**-24
+
+
+def test_order_coefficient_probabilistic_and_worst_case() -> None:
+    n = 4096
+    assert order_coefficient(n) == pytest.approx(SAFETY.order * SAFETY.order_probabilistic * 64)
+    assert order_coefficient(n, worst_case=True) == pytest.approx(
+        SAFETY.order * SAFETY.order_worst_case * n
+    )
+    assert order_coefficient(n, worst_case=True) > order_coefficient(n)
+
+
+def _row_sum_case(error: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = torch.randn(4, 1024, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    expected = x.sum(1)
+    actual = (expected + error).to(torch.float32)
+    return expected, actual, x.abs().sum(1)
+
+
+def test_worst_case_bound_admits_what_the_probabilistic_one_rejects() -> None:
+    expected, _, mag = _row_sum_case(0.0)
+    # 500 u M: past 4 u sqrt(1024) M = 128 u M, inside N u M = 1024 u M.
+    actual = (expected + 500 * U32 * mag).to(torch.float32)
+    prob = assess_order(expected, actual, {}, magnitude=mag, n=1024)
+    worst = assess_order(expected, actual, {}, magnitude=mag, n=1024, worst_case=True)
+    assert not prob.passed and worst.passed
+    assert prob.params["bound_kind"] == "probabilistic"
+    assert worst.params["bound_kind"] == "worst-case"
+    assert prob.params["n"] == 1024 and "sqrt(N)" in prob.params["bound"]
+    assert prob.worst_ratio == pytest.approx(500 / (4 * 32), rel=0.05)
+
+
+def test_order_bound_scales_with_magnitude_not_with_the_result() -> None:
+    # The result cancels to ~0 but the terms are large: the bound follows sum |terms|.
+    expected = torch.zeros(3, dtype=torch.float64)
+    mag = torch.full((3,), 1e6, dtype=torch.float64)
+    actual = torch.full((3,), 1e6 * 10 * U32, dtype=torch.float32)
+    assert assess_order(expected, actual, {}, magnitude=mag, n=100).passed
+    assert not assess_order(expected, actual, {}, magnitude=expected.abs(), n=100).passed
+
+
+def test_elementwise_model_is_relative_with_an_optional_scale() -> None:
+    expected = torch.tensor([1.0, 1e-3, 4.0], dtype=torch.float64)
+    u = unit_roundoff(torch.float32)
+    ok = (expected * (1 + 2 * u)).to(torch.float32)
+    bad = (expected * (1 + 64 * u)).to(torch.float32)
+    assert assess_elementwise(expected, ok, {}).passed
+    result = assess_elementwise(expected, bad, {})
+    assert not result.passed and result.model == "elementwise"
+    assert result.params["units"] == SAFETY.elementwise_units
+    assert result.mismatches and result.mismatches[0]["bound"] > 0
+    widened = assess_elementwise(expected, bad, {}, scale=expected + 100, scale_name="input-abs")
+    assert widened.passed and widened.params["scale"] == "input-abs"
+
+
+def test_assess_with_dispatches_on_the_model_name() -> None:
+    expected, actual, mag = _row_sum_case(0.0)
+    honest = {"native-eager": actual}
+    assert assess_with("ensemble", {}, expected, actual, honest).model == "ensemble"
+    order = assess_with(
+        "order", {"magnitude": "abs-linear"}, expected, actual, honest, magnitude=mag, n=1024
+    )
+    assert order.model == "order" and order.params["magnitude"] == "abs-linear"
+    tf32 = assess_with("order", {"tf32": True}, expected, actual, honest, magnitude=mag, n=1024)
+    assert tf32.params["accumulate_unit_roundoff"] == 2.0**-11
+    with pytest.raises(ValueError, match="unknown error model"):
+        assess_with("nope", {}, expected, actual, honest)
+    assert assess_ensemble(expected, actual, honest).passed
+
+
+def test_magnitude_of_matmul_is_abs_a_times_abs_b() -> None:
+    class MatMul(torch.nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return (a @ b).reshape(-1)
+
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    b = torch.randn(5, 2, generator=g, dtype=torch.float64)
+    scales, n = magnitude(MatMul(), [a, b], entry("matmul"))
+    assert n == 5
+    assert torch.allclose(scales[0], (a.abs() @ b.abs()).reshape(-1))
+
+
+def test_magnitude_of_sum_and_linear() -> None:
+    x = -torch.arange(12, dtype=torch.float64).reshape(3, 4)
+
+    class Sum(torch.nn.Module):
+        def forward(self, v: torch.Tensor) -> torch.Tensor:
+            return v.sum(dim=1)
+
+    scales, n = magnitude(Sum(), [x], entry("sum"))
+    assert n == 4 and torch.equal(scales[0], x.abs().sum(1))
+    linear = torch.nn.Linear(4, 2).double()
+    scales, n = magnitude(linear, [x], entry("linear"))
+    want = x.abs() @ linear.weight.abs().T + linear.bias.abs()
+    assert n == 4 and torch.allclose(scales[0], want)
+
+
+def test_lost_term_exceeds_bound_but_honest_rounding_does_not() -> None:
+    n = 4096
+    x = torch.rand(n, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    exact = x.sum().reshape(1)
+    honest = x.to(torch.float32).sum().reshape(1)
+    lost = (x.to(torch.float32)[:-1].sum()).reshape(1)
+    mag = x.abs().sum().reshape(1)
+    assert assess_order(exact, honest, {}, magnitude=mag, n=n).passed
+    result = assess_order(exact, lost, {}, magnitude=mag, n=n)
+    assert not result.passed and result.worst_ratio > 1
+    assert math.isfinite(result.params["max_magnitude"])

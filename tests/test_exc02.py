@@ -1,0 +1,123 @@
+"""EXC-02 (subnormals and signed zeros): defective kernels rejected, honest ones pass."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import kernelgate
+from kernelgate.contract.derive import derive_contract
+from kernelgate.contract.spec import FlushPolicy
+from kernelgate.formats.kernelbench import load_reference
+from kernelgate.gates.base import Status
+from kernelgate.gates.exc02_subnormal import CASES, FloatClass, float_classes, subnormal_values
+
+from .conftest import DATA, SOFTMAX
+
+HALF = DATA / "exc02_reference.py"
+EXP = DATA / "exc02_exp_reference.py"
+
+
+def _exc02(reference, candidate, **kwargs):
+    verdict = kernelgate.verify(reference, candidate, only=["EXC-02"], **kwargs)
+    return verdict.gate("EXC-02")
+
+
+def _contract(reference, flush: FlushPolicy):
+    contract = derive_contract(load_reference(reference))
+    contract.postcondition = dataclasses.replace(contract.postcondition, flush=flush)
+    return contract
+
+
+def test_generated_values_cover_every_class_and_both_zero_signs() -> None:
+    values = subnormal_values((4096,), torch.float32, 1, CASES[0][1])
+    classes = float_classes(values, torch.float32)
+    for cls in (FloatClass.ZERO, FloatClass.SUBNORMAL, FloatClass.NORMAL):
+        assert (classes == cls).any(), cls
+    zeros = values[classes == FloatClass.ZERO]
+    assert torch.signbit(zeros).any() and (~torch.signbit(zeros)).any()
+    tiny = torch.finfo(torch.float32).tiny
+    assert ((values.abs() < tiny) & (values.abs() > tiny * 0.999)).any()  # near the boundary
+    assert torch.equal(values, subnormal_values((4096,), torch.float32, 1, CASES[0][1]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_subnormals_are_subnormal_in_their_dtype(dtype: torch.dtype) -> None:
+    values = subnormal_values((2048,), dtype, 3, CASES[2][1])
+    assert values.dtype == dtype
+    assert (float_classes(values, dtype) == FloatClass.SUBNORMAL).sum() > 500
+
+
+def test_honest_elementwise_kernel_passes() -> None:
+    gate = _exc02(HALF, DATA / "exc02_honest.py")
+    assert gate.status is Status.PASS, gate.reason
+    assert gate.evidence["judged_positions"] == len(CASES) * 8 * 96
+    assert gate.evidence["flush_policy"] == "preserve"
+
+
+def test_flushing_subnormals_to_zero_fails() -> None:
+    gate = _exc02(HALF, DATA / "exc02_flush.py")
+    assert gate.status is Status.FAIL
+    classes = {(f["expected_class"], f["actual_class"]) for f in gate.counterexample.findings}
+    assert ("SUBNORMAL", "ZERO") in classes
+    assert "--only EXC-02" in gate.counterexample.replay
+
+
+def test_losing_the_sign_of_zero_fails() -> None:
+    gate = _exc02(HALF, DATA / "exc02_sign_loss.py")
+    assert gate.status is Status.FAIL
+    for finding in gate.counterexample.findings:
+        assert finding["expected_class"] == finding["actual_class"] == "ZERO"
+        assert (finding["expected_sign"], finding["actual_sign"]) == ("-", "+")
+
+
+def test_same_signed_flush_fails_preserve_and_passes_flush_allowed() -> None:
+    candidate = DATA / "exc02_flush_signed.py"
+    strict = _exc02(HALF, candidate, contract=_contract(HALF, FlushPolicy.PRESERVE))
+    assert strict.status is Status.FAIL
+    relaxed = _exc02(HALF, candidate, contract=_contract(HALF, FlushPolicy.FLUSH_ALLOWED))
+    assert relaxed.status is Status.PASS, relaxed.reason
+    assert relaxed.evidence["flush_policy"] == "flush-allowed"
+    # flush-allowed does not excuse a sign lost in the flush
+    lossy = _exc02(
+        HALF, DATA / "exc02_flush.py", contract=_contract(HALF, FlushPolicy.FLUSH_ALLOWED)
+    )
+    assert lossy.status is Status.FAIL
+
+
+def test_honest_softmax_example_passes() -> None:
+    gate = _exc02(SOFTMAX / "reference.py", SOFTMAX / "honest.py")
+    assert gate.status is Status.PASS, gate.reason
+
+
+def test_subnormal_outputs_of_exp_are_kept_by_the_interpreter() -> None:
+    gate = _exc02(EXP, DATA / "exc02_exp.py")
+    assert gate.status is Status.PASS, gate.reason
+    assert gate.evidence["judged_positions"] > 0
+
+
+@pytest.mark.gpu
+def test_exc02_on_the_device_and_whether_triton_exp_flushes() -> None:
+    """Device mode: honest elementwise passes, flush fails; report whether tl.exp flushes."""
+    assert _exc02(HALF, DATA / "exc02_honest.py", device="cuda").status is Status.PASS
+    assert _exc02(HALF, DATA / "exc02_flush.py", device="cuda").status is Status.FAIL
+    assert _exc02(SOFTMAX / "reference.py", SOFTMAX / "honest.py", device="cuda").status is (
+        Status.PASS
+    )
+    relaxed = _exc02(
+        EXP,
+        DATA / "exc02_exp.py",
+        device="cuda",
+        contract=_contract(EXP, FlushPolicy.FLUSH_ALLOWED),
+    )
+    assert relaxed.status is Status.PASS, relaxed.reason
+    strict = _exc02(EXP, DATA / "exc02_exp.py", device="cuda")
+    print(
+        f"\nTriton tl.exp on the device flushes subnormal results: {strict.status is Status.FAIL}"
+    )
+    if strict.status is Status.FAIL:  # then it must be exactly a flush, nothing else
+        for finding in strict.counterexample.findings:
+            assert (finding["expected_class"], finding["actual_class"]) == ("SUBNORMAL", "ZERO")
+            assert finding["expected_sign"] == finding["actual_sign"]

@@ -1,0 +1,121 @@
+"""CMP-02 (layouts) and CMP-03 (shapes): each rejects its defective kernels, passes honest ones.
+
+Small references of our own (tests/data/cmp_*) keep the Triton interpreter fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernelgate
+from kernelgate.contract.load import load_contract
+from kernelgate.contract.spec import Dim, Layout
+from kernelgate.gates.base import Status
+from kernelgate.inputs.layouts import expandable, place_layout
+from kernelgate.inputs.shapes import sub_dim
+
+from .conftest import DATA
+
+EW = DATA / "cmp_ew_reference.py"
+STRIDED = DATA / "cmp_ew_strided.toml"
+
+
+@pytest.mark.parametrize("layout", list(Layout))
+@pytest.mark.parametrize("misaligned", [False, True])
+def test_layouts_keep_logical_values(layout: Layout, misaligned: bool) -> None:
+    values = torch.randn(3, 5)
+    if layout is Layout.EXPANDED:
+        values = expandable(values)
+    placed = place_layout(values, layout, misaligned=misaligned)
+    assert torch.equal(placed.view(), values)
+    described = placed.describe()
+    assert (described["byte_misalignment_16"] != 0) == (misaligned or False)
+    if layout in (Layout.STRIDED, Layout.TRANSPOSED, Layout.EXPANDED):
+        assert not placed.view().is_contiguous()
+        assert described["layout"] == layout.value
+    if layout is Layout.EXPANDED:
+        assert 0 in described["stride"]
+
+
+def test_expanded_refuses_values_a_broadcast_cannot_hold() -> None:
+    with pytest.raises(ValueError, match="constant"):
+        place_layout(torch.randn(3, 5), Layout.EXPANDED)
+
+
+def test_sub_dim_excludes_failures_and_keeps_the_reference() -> None:
+    dim = Dim("n", 256)
+    ranged = sub_dim(dim, passing=[1, 13, 255], failing=[511, 4096])
+    assert ranged.admits(256) and ranged.admits(255) and not ranged.admits(511)
+    divisible = sub_dim(dim, passing=[4096], failing=[1, 13, 511])
+    assert divisible.multiple_of == 256 and divisible.admits(4096)
+    assert not any(divisible.admits(v) for v in (1, 13, 511))
+    fixed = sub_dim(dim, passing=[], failing=[1, 4096])
+    assert not fixed.varies and fixed.admits(256) and not fixed.admits(257)
+
+
+def test_cmp02_rejects_contiguous_only_kernel_and_states_passing_layouts() -> None:
+    contract = load_contract(STRIDED)
+    verdict = kernelgate.verify(EW, DATA / "cmp_contiguous_only.py", contract, only=["CMP-02"])
+    gate = verdict.gate("CMP-02")
+    assert gate.status is Status.FAIL
+    example = gate.counterexample.inputs[0]
+    assert example["layout"] in ("strided", "transposed", "expanded")
+    assert example["stride"] != [256, 1] and "byte_misalignment_16" in example
+    assert gate.evidence["per_layout"]["layout=offset (16-byte misaligned)"]["status"] == "pass"
+    assert gate.evidence["sub_domain"]["layouts"]["x"] == ["contiguous", "offset"]
+    assert gate.evidence["worst_error_over_bound"] > 1 and gate.evidence["error_model"]
+
+
+def test_cmp02_passes_honest_kernel_on_every_layout() -> None:
+    verdict = kernelgate.verify(EW, DATA / "cmp_honest.py", load_contract(STRIDED), only=["CMP-02"])
+    gate = verdict.gate("CMP-02")
+    assert gate.status is Status.PASS, gate.reason
+    assert len(gate.evidence["per_layout"]) == 7  # offset + 3 views x (aligned, misaligned)
+    assert 0 < gate.evidence["worst_error_over_bound"] <= 1
+
+
+def test_cmp02_rejects_kernel_that_assumes_16_byte_alignment() -> None:
+    verdict = kernelgate.verify(EW, DATA / "cmp_misaligned.py", only=["CMP-02"])
+    gate = verdict.gate("CMP-02")
+    assert gate.status is Status.FAIL and "offset" in gate.reason
+    assert gate.counterexample.inputs[0]["byte_misalignment_16"] != 0
+    assert gate.evidence["sub_domain"]["layouts"]["arg0"] == ["contiguous"]
+
+
+@pytest.mark.parametrize(
+    ("candidate", "dim", "check"),
+    [
+        ("cmp_single_block", "rows", lambda d: d.max == 4),
+        ("cmp_tail_mask", "cols", lambda d: d.multiple_of > 1 and not d.admits(255)),
+    ],
+    ids=["single-block", "tail-mask"],
+)
+def test_cmp03_rejects_shape_bugs_and_states_the_passing_dims(candidate, dim, check) -> None:
+    verdict = kernelgate.verify(EW, DATA / f"{candidate}.py", only=["CMP-03"])
+    gate = verdict.gate("CMP-03")
+    assert gate.status is Status.FAIL
+    assert gate.counterexample is not None and gate.counterexample.inputs[0]["shape"] != [4, 256]
+    narrowed = Dim(dim, 256 if dim == "cols" else 4, **gate.evidence["sub_domain"]["dims"][dim])
+    assert check(narrowed), narrowed
+    failing = [s for s in gate.evidence["shapes"] if s["status"] == "fail"]
+    assert failing and all(not narrowed.admits(s["value"]) for s in failing if s["dim"] == dim)
+    assert gate.evidence["element_cap"] > 0 and len(gate.evidence["shapes"]) >= 8
+
+
+def test_cmp03_passes_honest_kernel_on_held_out_shapes() -> None:
+    gate = kernelgate.verify(EW, DATA / "cmp_honest.py", only=["CMP-03"]).gate("CMP-03")
+    assert gate.status is Status.PASS, gate.reason
+    values = {s["value"] for s in gate.evidence["shapes"]}
+    assert 1 in values and len(gate.evidence["shapes"]) <= 8
+    assert all(s["input_elements"] <= gate.evidence["element_cap"] for s in gate.evidence["shapes"])
+
+
+def test_cmp03_rebuilds_models_when_init_inputs_change() -> None:
+    reference = DATA / "narrow_linear_reference.py"
+    gate = kernelgate.verify(reference, DATA / "narrow_linear_honest.py", only=["CMP-03"]).gate(
+        "CMP-03"
+    )
+    assert gate.status is Status.PASS, gate.reason
+    rebuilt = {s["dim"] for s in gate.evidence["shapes"] if s["rebuilt_model"]}
+    assert rebuilt == {"in_features", "out_features"}

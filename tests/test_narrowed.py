@@ -1,0 +1,73 @@
+"""The `narrowed` outcome: only domain gates fail, and the verdict states what passed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import kernelgate
+from kernelgate.contract.load import load_contract
+from kernelgate.domain import narrowable, narrowed_contract
+from kernelgate.gates.base import GateKind, GateResult, Status
+
+from .conftest import DATA
+from .test_cli import kernelgate as cli
+
+
+def _gate(gate_id: str, status: Status, evidence: dict | None = None) -> GateResult:
+    return GateResult(gate_id, GateKind.EXACT, gate_id, status, "r", evidence=evidence or {})
+
+
+def test_only_domain_failures_with_a_sub_domain_narrow() -> None:
+    sub = {"sub_domain": {"layouts": {"x": ["contiguous"]}}}
+    ok = _gate("CMP-01", Status.PASS)
+    assert narrowable([ok, _gate("CMP-02", Status.FAIL, sub)])
+    assert not narrowable([_gate("CMP-01", Status.FAIL), _gate("CMP-02", Status.FAIL, sub)])
+    assert not narrowable([ok, _gate("CMP-02", Status.FAIL)])  # no stated sub-domain
+    untagged = {"incidents": [{"kind": "exception", "domain_point": None}]}
+    tagged = {"incidents": [{"kind": "exception", "domain_point": "n=7"}]}
+    assert not narrowable(
+        [_gate("CMP-02", Status.FAIL, sub), _gate("RES-01", Status.FAIL, untagged)]
+    )
+    assert narrowable([_gate("CMP-02", Status.FAIL, sub), _gate("RES-01", Status.FAIL, tagged)])
+    contract, changes = narrowed_contract(
+        load_contract(DATA / "cmp_ew_strided.toml"), [_gate("CMP-02", Status.FAIL, sub)]
+    )
+    assert [lay.value for lay in contract.inputs[0].layouts] == ["contiguous"]
+    assert changes and "strided" in changes[0]
+
+
+def test_cli_narrows_contiguous_only_kernel_to_contiguous_layouts(tmp_path: Path) -> None:
+    out = tmp_path / "evidence.json"
+    result = cli(
+        "verify",
+        str(DATA / "cmp_ew_reference.py"),
+        str(DATA / "cmp_contiguous_only.py"),
+        "--contract",
+        str(DATA / "cmp_ew_strided.toml"),
+        "--json",
+        str(out),
+    )
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "narrowed" in result.stdout and "verified sub-domain" in result.stdout
+    evidence = json.loads(out.read_text())
+    assert evidence["verdict"] == "narrowed" and evidence["failed_gates"] == ["CMP-02"]
+    domain = evidence["verified_domain"]
+    assert domain["contract"]["schema"] == "kernelgate.contract/1"
+    assert domain["contract"]["inputs"][0]["layouts"] == ["contiguous", "offset"]
+    assert domain["rests_on"] == ["CMP-02"]
+    assert "CMP-02" in evidence["thresholded"] and "MEM-01" in evidence["tolerance_free"]
+
+
+def test_refusal_outside_the_domain_narrows_to_the_fixed_dim() -> None:
+    verdict = kernelgate.verify(
+        DATA / "narrow_linear_reference.py", DATA / "narrow_linear_fixed.py"
+    )
+    assert verdict.verdict.value == "narrowed", [
+        (g.id, g.status.value, g.reason) for g in verdict.gates
+    ]
+    incidents = verdict.gate("RES-01").evidence["incidents"]
+    assert incidents and all(i["domain_point"].startswith("in_features=") for i in incidents)
+    dims = {d["name"]: d for d in verdict.verified_domain["contract"]["dims"]}
+    assert dims["in_features"]["varies"] is False and dims["in_features"]["min"] == 24
+    assert dims["batch"]["varies"] is True
