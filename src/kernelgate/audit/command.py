@@ -1,0 +1,106 @@
+"""``kernelgate audit``: the command's body, kept here so cli.py only declares its options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+from kernelgate.audit.runner import AuditPlan, run_audit
+
+
+class RateColumn(ProgressColumn):
+    """Records per minute, as measured over the records judged in this session."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.speed
+        return Text("-- rec/min" if not speed else f"{60 * speed:.1f} rec/min", style="cyan")
+
+
+def audit_command_body(
+    source: Path,
+    out: Path,
+    *,
+    fmt: str,
+    problems: Path | None,
+    device: str,
+    workers: int | None,
+    executor: str,
+    ray_address: str | None,
+    resume: bool,
+    limit: int | None,
+    timeout: float,
+    console: Console,
+    errors: Console,
+) -> None:
+    """Run the audit with a progress bar (rate and ETA) and print where the report is."""
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TimeElapsedColumn(),
+        console=errors,
+        transient=True,
+    )
+    state: dict[str, Any] = {}
+
+    def on_plan(plan: AuditPlan) -> None:
+        errors.print(
+            f"auditing {plan.records} record(s) ({plan.format}) with {plan.executor}"
+            + (f"; {plan.already_done} already in the store" if plan.already_done else ""),
+            highlight=False,
+        )
+        state["task"] = progress.add_task("judging", total=plan.records - plan.already_done)
+
+    def on_row(row: dict[str, Any]) -> None:
+        progress.update(state["task"], advance=1, description=f"{row['id']}: {row['verdict']}")
+
+    with progress:
+        outcome = run_audit(
+            source,
+            out,
+            fmt=fmt,
+            problems=problems,
+            device=device,
+            workers=workers,
+            executor=executor,
+            ray_address=ray_address,
+            resume=resume,
+            limit=limit,
+            timeout=timeout,
+            on_plan=on_plan,
+            on_row=on_row,
+        )
+    summary = outcome.summary
+    contract = ", ".join(f"{k} {v}" for k, v in summary["contract"].items())
+    old = ", ".join(f"{k} {v}" for k, v in summary["old_check"].items())
+    matrix = summary["disagreement"]
+    console.print(
+        f"{summary['records']} record(s), {outcome.judged_now} judged now", highlight=False
+    )
+    console.print(f"contract:  {contract}", highlight=False)
+    console.print(f"old check: {old}", highlight=False)
+    console.print(
+        f"old check accepts but contract rejects: {matrix['old_accepts_contract_rejects']}",
+        highlight=False,
+    )
+    if not summary.get("plots"):
+        errors.print("[yellow]matplotlib is not installed: the report has no plots[/]")
+    console.print(f"report: {out / 'report.html'} (also report.md, summary.json)", highlight=False)

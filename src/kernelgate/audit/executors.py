@@ -1,0 +1,182 @@
+"""Where records are judged: a local pool of judge processes, or Ray tasks.
+
+Both executors run the same function, ``judge_isolated``, which starts one judge process per
+record; they differ only in where that function runs and how many run at once. So the rows
+they produce are the same, and the choice is about scale: ``local`` for one machine, ``ray``
+for a cluster (``--ray-address``) or to share a machine's GPUs with other Ray work.
+
+Executors yield rows as records finish (not in corpus order), so the runner can commit each
+one at once; the store's ``position`` restores corpus order for the report.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict
+from typing import Any, Protocol
+
+from kernelgate.audit.judge import AuditOptions, error_row, judge_isolated
+from kernelgate.errors import KernelgateError
+from kernelgate.formats.corpus import CorpusRecord
+
+EXECUTORS = ("local", "ray")
+
+
+def device_count(device: str) -> int:
+    """GPUs visible in device mode; cores in CPU mode: the natural number of workers."""
+    if device.startswith("cuda"):
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    return max(1, os.cpu_count() or 1)
+
+
+class Executor(Protocol):
+    workers: int
+    description: str
+
+    def judge_all(
+        self, records: Sequence[CorpusRecord], options: AuditOptions
+    ) -> Iterator[tuple[CorpusRecord, dict[str, Any]]]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """N judge processes at a time on this machine, one record each.
+
+    Threads only wait on the judge processes (the work happens in the children), so a
+    thread pool is enough to keep N processes busy. In device mode each slot owns one GPU
+    (``CUDA_VISIBLE_DEVICES``), so judges never share a device: KernelBench sizes with an
+    fp64 oracle can need tens of GB per record.
+    """
+
+    def __init__(self, workers: int | None, device: str) -> None:
+        self.device = device
+        gpus = device_count(device) if device.startswith("cuda") else 0
+        self.workers = workers or device_count(device)
+        self._gpus: queue.Queue[str | None] = queue.Queue()
+        for slot in range(self.workers):
+            self._gpus.put(str(slot % gpus) if gpus else None)
+        self.description = f"local, {self.workers} worker(s)" + (
+            f" on {gpus} GPU(s)" if gpus else ""
+        )
+
+    def _judge(self, record: CorpusRecord, options: AuditOptions) -> dict[str, Any]:
+        gpu = self._gpus.get()
+        try:
+            return judge_isolated(record, options, gpu=gpu)
+        finally:
+            self._gpus.put(gpu)
+
+    def judge_all(
+        self, records: Sequence[CorpusRecord], options: AuditOptions
+    ) -> Iterator[tuple[CorpusRecord, dict[str, Any]]]:
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="kernelgate-judge") as pool:
+            futures: dict[Future[dict[str, Any]], CorpusRecord] = {
+                pool.submit(self._judge, record, options): record for record in records
+            }
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    record = futures[future]
+                    try:
+                        yield record, future.result()
+                    except Exception as exc:  # judge_isolated does not raise; belt and braces
+                        yield record, error_row(record, f"executor: {exc}", 0.0)
+
+    def close(self) -> None:
+        pass
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise KernelgateError(
+            "--executor ray needs the ray package, which is not installed: "
+            "pip install 'kernelgate[ray]' (or pip install ray), or use --executor local"
+        ) from None
+    return ray
+
+
+def _judge_in_ray_task(record: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """Ray task body: Ray has already set CUDA_VISIBLE_DEVICES to the GPU it granted."""
+    return judge_isolated(CorpusRecord.from_dict(record), AuditOptions(**options))
+
+
+class RayExecutor:
+    """One Ray task per record: ``num_gpus=1`` in device mode, ``num_cpus=1`` on the CPU.
+
+    With ``address`` it joins a running cluster (where kernelgate must be installed and the
+    output folder should be on a shared file system, since judges write evidence there);
+    without, it starts a local instance with ``workers`` CPUs, or reuses one already started
+    in this process.
+    """
+
+    def __init__(self, workers: int | None, device: str, address: str | None) -> None:
+        self.ray = _import_ray()
+        self.device = device
+        self._started = False
+        if not self.ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if address:
+                kwargs["address"] = address
+            else:
+                kwargs["num_cpus"] = workers or device_count("cpu")
+            try:
+                self.ray.init(**kwargs)
+            except Exception as exc:
+                raise KernelgateError(
+                    f"cannot start or reach Ray ({address or 'local'}): {exc}"
+                ) from None
+            self._started = True
+        resources = self.ray.cluster_resources()
+        per_task = "GPU" if device.startswith("cuda") else "CPU"
+        self.workers = workers or max(1, int(resources.get(per_task, 1)))
+        self.description = (
+            f"ray ({address or 'local'}), {int(resources.get(per_task, 0))} {per_task}(s)"
+        )
+        self._remote = self.ray.remote(
+            num_gpus=1 if per_task == "GPU" else 0, num_cpus=1, max_retries=0
+        )(_judge_in_ray_task)
+
+    def judge_all(
+        self, records: Sequence[CorpusRecord], options: AuditOptions
+    ) -> Iterator[tuple[CorpusRecord, dict[str, Any]]]:
+        waiting = list(records)
+        waiting.reverse()
+        in_flight: dict[Any, CorpusRecord] = {}
+        limit = 2 * self.workers  # enough to keep every slot busy, no more in memory
+        while waiting or in_flight:
+            while waiting and len(in_flight) < limit:
+                record = waiting.pop()
+                ref = self._remote.remote(record.to_dict(), asdict(options))
+                in_flight[ref] = record
+            ready, _ = self.ray.wait(list(in_flight), num_returns=1)
+            for ref in ready:
+                record = in_flight.pop(ref)
+                try:
+                    yield record, self.ray.get(ref)
+                except Exception as exc:  # the task's worker died, or Ray lost the node
+                    yield record, error_row(record, f"ray task failed: {exc}", 0.0)
+
+    def close(self) -> None:
+        if self._started:
+            self.ray.shutdown()
+
+
+def make_executor(
+    kind: str, *, workers: int | None, device: str, ray_address: str | None
+) -> Executor:
+    if kind == "local":
+        if ray_address:
+            raise KernelgateError("--ray-address only applies with --executor ray")
+        return LocalExecutor(workers, device)
+    if kind == "ray":
+        return RayExecutor(workers, device, ray_address)
+    raise KernelgateError(f"unknown executor {kind!r}; use {' or '.join(EXECUTORS)}")

@@ -1,0 +1,276 @@
+"""One record, judged in a process of its own: the old check beside ``kernelgate.verify``.
+
+Why a process per record: ``verify`` already keeps the candidate out of the judge, but the
+judge side (the reference at KernelBench sizes, the fp64 oracle, derivation of the contract)
+can itself blow up memory or wedge. Running each record's judge in a fresh process means
+such a failure costs that record only: it becomes an ``error`` row and the audit goes on.
+
+The parent (``judge_isolated``, run by an executor) writes ``request.json`` into the
+record's work folder and starts ``python -m kernelgate.audit.judge REQUEST RESULT``; the
+child writes ``result.json`` (the row) and ``verdict.json`` (the full evidence). The work
+folder also keeps the record's reference and candidate files when the corpus held them as
+text, so every replay command in the report works after the audit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelgate.audit import oldcheck
+from kernelgate.audit.processes import child_env, die_with_audit_parent, kill_tree, tail
+from kernelgate.formats.corpus import CorpusRecord
+
+UNREADABLE, ERROR = "unreadable", "error"
+ACCEPTING_VERDICTS = ("verified", "narrowed")
+RECORD_LIMIT_BASE = 2 * oldcheck.LOAD_TIMEOUT + 120.0  # loading twice, plus start-up
+RECORD_LIMIT_PER_TIMEOUT = 100  # candidate calls one record may make, at most, in all
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """What every record of one audit is judged with."""
+
+    out_dir: str
+    device: str = "cpu"
+    timeout: float = 60.0
+    seed: int = 0
+
+    @property
+    def record_limit(self) -> float:
+        """Wall-clock ceiling of one record's judge: a backstop, far above honest runs."""
+        return RECORD_LIMIT_BASE + RECORD_LIMIT_PER_TIMEOUT * self.timeout
+
+
+def work_folder_name(record_id: str) -> str:
+    """A file-system-safe, collision-free folder name for a record id."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", record_id).strip("._")[:80] or "record"
+    return f"{readable}-{hashlib.sha1(record_id.encode()).hexdigest()[:8]}"
+
+
+def base_row(record: CorpusRecord) -> dict[str, Any]:
+    """The fields every row has, whatever happened to the record."""
+    return {
+        "id": record.id,
+        "format": record.format,
+        "source_ids": record.source_ids,
+        "source_verdict": record.source_verdict,
+        "reference": record.reference_path,
+        "candidate": record.candidate_path,
+        "old_check": oldcheck.NOT_RUN,
+        "old_check_current": oldcheck.NOT_RUN,
+        "old_check_detail": {},
+        "verdict": ERROR,
+        "stage": None,
+        "reason": None,
+        "failed_gates": [],
+        "gates": [],
+        "skipped": [],
+        "contract": None,
+        "backend": None,
+        "verify_seconds": None,
+        "seconds": 0.0,
+        "replay": None,
+        "evidence": None,
+    }
+
+
+def unreadable_row(record: CorpusRecord) -> dict[str, Any]:
+    return base_row(record) | {
+        "verdict": UNREADABLE,
+        "reason": record.unreadable,
+        "old_check_detail": oldcheck.not_run(f"unreadable record: {record.unreadable}"),
+    }
+
+
+def error_row(record: CorpusRecord, reason: str, seconds: float) -> dict[str, Any]:
+    return base_row(record) | {"verdict": ERROR, "reason": reason, "seconds": round(seconds, 2)}
+
+
+# -- the parent's side -----------------------------------------------------------------------
+
+
+def judge_isolated(
+    record: CorpusRecord, options: AuditOptions, gpu: str | None = None
+) -> dict[str, Any]:
+    """Judge ``record`` in a fresh process and return its row; never raises for a record.
+
+    ``gpu`` pins the judge (and so its candidate worker) to one device in device mode.
+    """
+    if record.unreadable is not None:
+        return unreadable_row(record)
+    started = time.monotonic()
+    work = Path(options.out_dir) / "records" / work_folder_name(record.id)
+    work.mkdir(parents=True, exist_ok=True)
+    request, result, log_path = work / "request.json", work / "result.json", work / "judge.log"
+    result.unlink(missing_ok=True)
+    request.write_text(json.dumps({"record": record.to_dict(), "options": asdict(options)}))
+    env = child_env(options.device)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kernelgate.audit.judge", str(request), str(result)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+        )
+        try:
+            code = process.wait(timeout=options.record_limit)
+        except subprocess.TimeoutExpired:
+            kill_tree(process.pid)
+            process.wait()
+            return error_row(
+                record,
+                f"judge exceeded the record limit of {options.record_limit:g} s and was killed",
+                time.monotonic() - started,
+            )
+    request.unlink(missing_ok=True)
+    try:
+        row = json.loads(result.read_text())
+        if not isinstance(row, dict) or row.get("id") != record.id:
+            raise ValueError("result belongs to another record")
+        return row
+    except (OSError, ValueError) as exc:
+        how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if code == -9:
+            how += " (out of memory?)"
+        last = tail(log_path, 400).strip().splitlines()
+        return error_row(
+            record,
+            f"judge process {how} without a result ({exc})" + (f": {last[-1]}" if last else ""),
+            time.monotonic() - started,
+        )
+
+
+# -- the child's side ------------------------------------------------------------------------
+
+
+def materialize(record: CorpusRecord, work: Path) -> tuple[Path, Path]:
+    """Files for ``verify`` (which takes paths): the corpus's own, or written from text."""
+    paths = []
+    for role, path, source in (
+        ("reference", record.reference_path, record.reference_source),
+        ("candidate", record.candidate_path, record.candidate_source),
+    ):
+        if path is not None:
+            paths.append(Path(path).resolve())
+        else:
+            target = work / f"{role}.py"
+            target.write_text(source or "")
+            paths.append(target.resolve())
+    return paths[0], paths[1]
+
+
+def contract_coverage(contract: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
+    """What the contract that judged a record covers: shapes, dtypes, layouts, device."""
+    tensors = [spec for spec in contract.get("inputs", []) if "dtypes" in spec]
+    dims = contract.get("dims", [])
+    return {
+        "shapes": [spec.get("shape", []) for spec in tensors],
+        "dtypes": sorted({d for spec in tensors for d in spec.get("dtypes", [])}),
+        "layouts": sorted({lay for spec in tensors for lay in spec.get("layouts", [])}),
+        "varying_dims": [d["name"] for d in dims if d.get("varies")],
+        "fixed_dims": [d["name"] for d in dims if not d.get("varies")],
+        "device": environment.get("device"),
+        "triton_interpreter": environment.get("triton_interpreter"),
+        "provenance": contract.get("provenance", {}).get("source"),
+    }
+
+
+def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dict[str, Any]:
+    """Old check and contract verdict for one readable record (runs in the judge child)."""
+    import shlex
+
+    from kernelgate.errors import CandidateLoadError, KernelgateError, ReferenceError_
+    from kernelgate.formats.kernelbench import candidate_backend
+    from kernelgate.pipeline import verify
+
+    started = time.monotonic()
+    row = base_row(record)
+    reference, candidate = materialize(record, work)
+    row |= {"reference": str(reference), "candidate": str(candidate)}
+    row["replay"] = shlex.join(
+        ["kernelgate", "verify", str(reference), str(candidate), "--device", options.device]
+    )
+    try:
+        backend = candidate_backend(candidate.read_text())
+    except (OSError, UnicodeDecodeError):
+        backend = None
+    row["backend"] = backend
+    if backend == "cuda" and options.device == "cpu":
+        old = oldcheck.not_run("CUDA C++ candidate: the old check needs a GPU (--device cuda)")
+    else:
+        old = oldcheck.run_old_check(
+            reference, candidate, device=options.device, timeout=options.timeout
+        )
+    row |= {
+        "old_check": old["status"],
+        "old_check_current": old.get("status_current", old["status"]),
+        "old_check_detail": old,
+    }
+    try:
+        verdict = verify(
+            reference,
+            candidate,
+            device=options.device,
+            timeout=options.timeout,
+            seed=options.seed,
+        )
+    except CandidateLoadError as exc:
+        row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
+    except ReferenceError_ as exc:
+        row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
+    except KernelgateError as exc:
+        row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
+    else:
+        evidence = work / "verdict.json"
+        evidence.write_text(verdict.to_json())
+        row |= {
+            "verdict": verdict.verdict.value,
+            "stage": "gates",
+            "failed_gates": verdict.failed_gates,
+            "gates": [
+                {
+                    "id": gate.id,
+                    "kind": gate.kind.value,
+                    "status": gate.status.value,
+                    "reason": gate.reason[:400],
+                    "replay": gate.counterexample.replay if gate.counterexample else None,
+                }
+                for gate in verdict.gates
+            ],
+            "skipped": verdict.skipped,
+            "contract": contract_coverage(verdict.contract, verdict.environment),
+            "verify_seconds": verdict.seconds,
+            "evidence": str(evidence),
+        }
+    row["seconds"] = round(time.monotonic() - started, 2)
+    return row
+
+
+def _main(request_path: str, result_path: str) -> None:
+    die_with_audit_parent()
+    request = json.loads(Path(request_path).read_text())
+    record = CorpusRecord.from_dict(request["record"])
+    options = AuditOptions(**request["options"])
+    row = judge_record(record, options, Path(result_path).parent)
+    partial = Path(result_path + ".partial")
+    partial.write_text(json.dumps(row))
+    os.replace(partial, result_path)  # a half-written result is never read as a row
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1], sys.argv[2])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # leftover threads of a reference or candidate must not hold the judge

@@ -1,0 +1,331 @@
+"""The source harness's own check, re-run beside the contract: KernelBench's correctness test.
+
+Why re-run it rather than trust the corpus's label: the label was produced on another
+machine, with another torch, sometimes by another version of the harness. Re-running it
+here, on the same files and device as the contract's gates, makes the disagreement matrix
+compare like with like.
+
+What it does, as KernelBench's ``eval_kernel_against_ref`` does: ``set_seed(42)`` before
+``get_init_inputs()``, again before ``Model(*init)`` and again before ``ModelNew(*init)``;
+a ``torch.Generator`` seeded 42 draws one seed per trial with ``torch.randint(0, 2**32 - 1)``;
+per trial: seed, ``get_inputs()``, reference first, then ``ModelNew`` on the same tensors,
+shape check, ``torch.allclose(atol=tol, rtol=tol)``; 5 trials. Both tolerances are applied:
+``1e-2`` (older runs; most published corpora were judged with it) and today's per-dtype one
+(fp32 ``1e-4``, fp16/bf16 ``1e-2``, chosen by the reference output's dtype).
+
+Trust: the candidate is hostile, so this check runs in a child process (started with
+``python -m kernelgate.audit.oldcheck``), never in the judge. The child reports progress and
+the result as JSON lines on a dedicated pipe; the judge keeps only validated numbers,
+booleans and one-line strings. The old check is as gameable here as in its own harness (a
+candidate that patches ``torch.allclose`` fools it): that is the point of running it side by
+side with the contract.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kernelgate.audit.processes import child_env, die_with_audit_parent, kill_tree, tail
+
+NUM_CORRECT_TRIALS = 5
+LEGACY_TOLERANCE = 1e-2
+CURRENT_TOLERANCES = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
+DEFAULT_CURRENT_TOLERANCE = 1e-4
+LOAD_TIMEOUT = 600.0  # importing torch, building the reference, compiling the candidate
+
+ACCEPTED, REJECTED, ERROR, NOT_RUN = "accepted", "rejected", "error", "not-run"
+
+
+def current_tolerance(dtype_name: str) -> float:
+    """KernelBench's tolerance today for an output of this dtype."""
+    return CURRENT_TOLERANCES.get(dtype_name, DEFAULT_CURRENT_TOLERANCE)
+
+
+def not_run(reason: str) -> dict[str, Any]:
+    """The old check's row when it could not be run at all (unreadable record, no device)."""
+    return {"status": NOT_RUN, "status_current": NOT_RUN, "compiled": None, "failure": reason}
+
+
+# -- the judge's side ------------------------------------------------------------------------
+
+
+def _rejected(failure: str, *, compiled: bool, trials: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": REJECTED,
+        "status_current": REJECTED,
+        "compiled": compiled,
+        "failure": failure,
+        **trials,
+    }
+
+
+def _validated(result: Any) -> dict[str, Any]:
+    """Keep only the fields, and types, a result may carry; everything else is dropped."""
+    if not isinstance(result, dict):
+        return {"status": ERROR, "status_current": ERROR, "failure": "malformed result"}
+    clean: dict[str, Any] = {}
+    for key in ("status", "status_current", "failure", "output_dtype"):
+        if isinstance(result.get(key), str):
+            clean[key] = result[key][:500]
+    for key in ("compiled",):
+        if isinstance(result.get(key), bool):
+            clean[key] = result[key]
+    for key in ("trials", "passed_legacy", "passed_current"):
+        if isinstance(result.get(key), int) and not isinstance(result.get(key), bool):
+            clean[key] = result[key]
+    for key in ("tolerance_legacy", "tolerance_current", "max_abs_diff"):
+        value = result.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            clean[key] = float(value) if math.isfinite(value) else str(value)
+        elif value in ("nan", "inf", "-inf"):
+            clean[key] = value
+    if clean.get("status") not in (ACCEPTED, REJECTED, ERROR):
+        clean["status"] = ERROR
+    if clean.get("status_current") not in (ACCEPTED, REJECTED, ERROR):
+        clean["status_current"] = clean["status"]
+    return clean
+
+
+def run_old_check(
+    reference: Path, candidate: Path, *, device: str, timeout: float
+) -> dict[str, Any]:
+    """Run KernelBench's check of ``candidate`` against ``reference`` in a child process.
+
+    ``timeout`` bounds each candidate call (one trial); loading gets ``LOAD_TIMEOUT``. A hang
+    or crash is a rejection, as in KernelBench (its batch runner records a timed-out or
+    crashed evaluation as not compiled, not correct).
+    """
+    read_fd, write_fd = os.pipe()
+    with tempfile.NamedTemporaryFile("w+b", suffix=".log", delete=False) as log:
+        log_path = Path(log.name)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kernelgate.audit.oldcheck",
+                str(write_fd),
+                str(reference),
+                str(candidate),
+                device,
+            ],
+            pass_fds=(write_fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=child_env(device),
+            start_new_session=True,
+        )
+    os.close(write_fd)
+    phase, buffer, result = "startup", b"", None
+    deadline = time.monotonic() + LOAD_TIMEOUT
+    try:
+        while result is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                kill_tree(process.pid)
+                in_trial = phase.startswith("trial")
+                return _rejected(
+                    f"timed out in {phase} (no answer within "
+                    f"{timeout if in_trial else LOAD_TIMEOUT:g} s)",
+                    compiled=in_trial,
+                    trials={"trials": NUM_CORRECT_TRIALS},
+                )
+            ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(read_fd, 65536)
+            if not chunk:
+                break
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                try:
+                    message = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    continue
+                if not isinstance(message, dict):
+                    continue
+                if "result" in message:
+                    result = _validated(message["result"])
+                    break
+                if isinstance(message.get("phase"), str):
+                    phase = message["phase"][:40]
+                    limit = timeout if phase.startswith("trial") else LOAD_TIMEOUT
+                    deadline = time.monotonic() + limit
+        if result is not None:
+            return result
+        code = process.wait(timeout=10)
+        detail = f"signal {-code}" if code < 0 else f"exit code {code}"
+        log_tail = tail(log_path, 300).strip().splitlines()
+        last = f": {log_tail[-1]}" if log_tail else ""
+        if phase in ("startup", "reference"):
+            return {
+                "status": ERROR,
+                "status_current": ERROR,
+                "failure": f"old-check harness died in {phase} ({detail}){last}",
+            }
+        return _rejected(
+            f"candidate process died in {phase} ({detail}){last}",
+            compiled=phase.startswith("trial"),
+            trials={"trials": NUM_CORRECT_TRIALS},
+        )
+    finally:
+        os.close(read_fd)
+        kill_tree(process.pid)
+        process.wait()
+        log_path.unlink(missing_ok=True)
+
+
+# -- the child's side ------------------------------------------------------------------------
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, list | tuple):
+        return [item for v in value for item in _flat(v)]
+    return [value]
+
+
+def _compare(
+    expected: Any, actual: Any, tolerances: tuple[float, float]
+) -> tuple[bool, bool, float, str | None]:
+    """(legacy ok, current ok, max |difference|, failure) for one trial's outputs."""
+    import torch
+
+    wanted, got = _flat(expected), _flat(actual)
+    if len(wanted) != len(got):
+        return False, False, math.nan, f"output count mismatch: {len(wanted)} vs {len(got)}"
+    oks = [True, True]
+    worst = 0.0
+    for want, have in zip(wanted, got):
+        if not isinstance(want, torch.Tensor) or not isinstance(have, torch.Tensor):
+            return False, False, math.nan, "output is not a tensor"
+        if want.shape != have.shape:
+            return (
+                False,
+                False,
+                math.nan,
+                f"output shape mismatch: expected {tuple(want.shape)}, got {tuple(have.shape)}",
+            )
+        try:
+            for i, tol in enumerate(tolerances):
+                oks[i] &= bool(torch.allclose(want, have, atol=tol, rtol=tol))
+            diff = (want.double() - have.double()).abs()
+            worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
+        except RuntimeError as exc:
+            return False, False, math.nan, f"comparison failed: {exc}"
+    return oks[0], oks[1], worst, None
+
+
+def _child(result_fd: int, reference: str, candidate: str, device: str) -> None:
+    die_with_audit_parent()
+    os.dup2(2, 1)  # candidate prints go to the log, never to the result pipe
+    pipe = os.fdopen(result_fd, "w", buffering=1)
+
+    def emit(**message: Any) -> None:
+        pipe.write(json.dumps(message) + "\n")
+        pipe.flush()
+
+    emit(phase="reference")
+    import importlib.util
+
+    import torch
+
+    from kernelgate.errors import KernelgateError
+    from kernelgate.formats.kernelbench import KERNELBENCH_SEED, load_reference, set_seed
+
+    try:
+        program = load_reference(reference)
+        target = torch.device(device)
+        init_inputs = [
+            v.to(target) if isinstance(v, torch.Tensor) else v for v in program.init_inputs()
+        ]
+        model = program.build_model(init_inputs).to(target)
+    except (KernelgateError, Exception) as exc:
+        emit(result={"status": ERROR, "failure": f"reference: {type(exc).__name__}: {exc}"})
+        return
+
+    emit(phase="load")
+    try:
+        spec = importlib.util.spec_from_file_location("kernelgate_oldcheck_candidate", candidate)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        set_seed(KERNELBENCH_SEED)
+        candidate_model = module.ModelNew(*init_inputs).to(target)
+    except BaseException as exc:  # a candidate may raise anything, SystemExit included
+        emit(
+            result={
+                "status": REJECTED,
+                "compiled": False,
+                "failure": f"does not load: {type(exc).__name__}: {exc}",
+            }
+        )
+        return
+
+    generator = torch.Generator()
+    generator.manual_seed(KERNELBENCH_SEED)
+    seeds = torch.randint(0, 2**32 - 1, (NUM_CORRECT_TRIALS,), generator=generator).tolist()
+    passed = [0, 0]
+    worst, failure, dtype_name = 0.0, None, ""
+    tolerances = (LEGACY_TOLERANCE, DEFAULT_CURRENT_TOLERANCE)
+    for index, trial_seed in enumerate(seeds):
+        emit(phase=f"trial {index}")
+        inputs = [
+            v.to(target) if isinstance(v, torch.Tensor) else v
+            for v in program.inputs(int(trial_seed))
+        ]
+        with torch.no_grad():
+            expected = model(*inputs)
+            first = _flat(expected)[0]
+            if isinstance(first, torch.Tensor):
+                dtype_name = str(first.dtype).removeprefix("torch.")
+                tolerances = (LEGACY_TOLERANCE, current_tolerance(dtype_name))
+            try:
+                actual = candidate_model(*inputs)
+                if target.type == "cuda":
+                    torch.cuda.synchronize()
+            except BaseException as exc:
+                failure = f"runtime error in trial {index}: {type(exc).__name__}: {exc}"
+                break
+        legacy_ok, current_ok, diff, problem = _compare(expected, actual, tolerances)
+        if problem is None:  # a NaN difference sticks: it is the worst there is
+            worst = diff if math.isnan(diff) or math.isnan(worst) else max(worst, diff)
+        if problem is not None:
+            failure = f"trial {index}: {problem}"
+            break
+        passed[0] += legacy_ok
+        passed[1] += current_ok
+    complete = failure is None
+    emit(
+        result={
+            "status": ACCEPTED if complete and passed[0] == NUM_CORRECT_TRIALS else REJECTED,
+            "status_current": ACCEPTED
+            if complete and passed[1] == NUM_CORRECT_TRIALS
+            else REJECTED,
+            "compiled": True,
+            "trials": NUM_CORRECT_TRIALS,
+            "passed_legacy": passed[0],
+            "passed_current": passed[1],
+            "tolerance_legacy": LEGACY_TOLERANCE,
+            "tolerance_current": tolerances[1],
+            "output_dtype": dtype_name,
+            "max_abs_diff": worst if math.isfinite(worst) else str(worst),
+            "failure": failure,
+        }
+    )
+
+
+if __name__ == "__main__":
+    _child(int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4])
+    sys.stdout.flush()
+    os._exit(0)  # candidate threads or atexit hooks must not keep the child alive

@@ -1,0 +1,604 @@
+"""The audit's report: ``summary.json``, ``report.md``, a self-contained ``report.html``, plots.
+
+Everything is computed from the store's rows, so a report can be rebuilt at any time, and a
+resumed audit's report covers every record judged in any session.
+
+Definitions the figures rest on:
+
+- The old check *accepts* a record when it says ``accepted`` (KernelBench's check at the
+  legacy 1e-2 tolerance; ``old_check_current`` holds today's per-dtype tolerance); the
+  contract *accepts* when the verdict is ``verified`` or ``narrowed``. Records the old check
+  could not run, and records that are ``unreadable`` or ``error``, are left out of the
+  disagreement matrix and counted as excluded.
+- A record's *defects* are its failed gates, or ``load`` when its candidate does not load
+  (syntax error, no ``ModelNew``, import failure). The modal defect is the most frequent.
+- Compile pass: the candidate loaded and ``ModelNew`` was built. Dynamic pass: no dynamic
+  differential gate (CMP-*, ORD-01, PRC-*) failed, among records that loaded and ran one.
+  Safety coverage: per safety gate, the share of loaded records on which it ran (pass or
+  fail, not skipped).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kernelgate.audit.oldcheck import ACCEPTED, REJECTED
+
+CONTRACT_OUTCOMES = ("verified", "narrowed", "rejected", "unreadable", "error")
+OLD_CHECK_OUTCOMES = ("accepted", "rejected", "not-run", "error")
+DYNAMIC_GATES = ("CMP-01", "CMP-02", "CMP-03", "ORD-01", "PRC-01", "PRC-02")
+SAFETY_GATES = ("EXC-01", "EXC-02", "ORD-02", "MEM-01", "RES-01", "RES-02")
+SUMMARY_SCHEMA = "kernelgate.audit-summary/1"
+PLOTS = {
+    "verdicts": "Outcomes: old check vs contract",
+    "gate_failures": "Failure rate per gate",
+    "disagreement": "Disagreement matrix",
+    "verification_time": "Verification time per kernel",
+}
+
+
+# -- figures ---------------------------------------------------------------------------------
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _percentile(values: list[float], share: float) -> float | None:
+    """Nearest-rank percentile (no interpolation: every reported time was measured)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
+def _contract_accepts(row: dict[str, Any]) -> bool | None:
+    if row["verdict"] in ("verified", "narrowed"):
+        return True
+    return False if row["verdict"] == "rejected" else None
+
+
+def _old_accepts(status: str) -> bool | None:
+    return {ACCEPTED: True, REJECTED: False}.get(status)
+
+
+def _matrix(rows: list[dict[str, Any]], field: str) -> dict[str, int]:
+    cells = Counter()
+    for row in rows:
+        old, new = _old_accepts(row[field]), _contract_accepts(row)
+        if old is None or new is None:
+            cells["excluded"] += 1
+        else:
+            cells[
+                f"old_{'accepts' if old else 'rejects'}_contract_{'accepts' if new else 'rejects'}"
+            ] += 1
+    keys = [f"old_{o}_contract_{c}" for o in ("accepts", "rejects") for c in ("accepts", "rejects")]
+    return {key: cells[key] for key in [*keys, "excluded"]}
+
+
+def defects(row: dict[str, Any]) -> list[str]:
+    """Why the contract rejected a record: its failed gates, or ``load``."""
+    if row["verdict"] != "rejected":
+        return []
+    return list(row["failed_gates"]) or ([row["stage"]] if row.get("stage") else ["other"])
+
+
+def summarize(rows: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+    """Every figure of the report, as JSON-ready data (also written as summary.json)."""
+    loaded = [r for r in rows if r.get("stage") == "gates"]
+    attempted = [
+        r for r in rows if r["verdict"] not in ("unreadable",) and r.get("stage") != "reference"
+    ]
+    gate_stats: dict[str, dict[str, Any]] = {}
+    for row in loaded:
+        for gate in row["gates"]:
+            stats = gate_stats.setdefault(
+                gate["id"], {"kind": gate["kind"], "pass": 0, "fail": 0, "skipped": 0}
+            )
+            stats[{"pass": "pass", "fail": "fail"}.get(gate["status"], "skipped")] += 1
+    for stats in gate_stats.values():
+        stats["failure_rate"] = _rate(stats["fail"], stats["pass"] + stats["fail"])
+
+    kinds = Counter()
+    for row in loaded:
+        failed_kinds = {g["kind"] for g in row["gates"] if g["status"] == "fail"}
+        exact, thresholded = "tolerance-free" in failed_kinds, "thresholded" in failed_kinds
+        kinds["any_tolerance_free_failure"] += exact
+        kinds["any_thresholded_failure"] += thresholded
+        kinds["only_tolerance_free"] += exact and not thresholded
+        kinds["only_thresholded"] += thresholded and not exact
+        kinds["both"] += exact and thresholded
+
+    defect_counts = Counter(d for row in rows for d in defects(row))
+    rejected = sum(1 for row in rows if row["verdict"] == "rejected")
+    modal = defect_counts.most_common(1)
+
+    dynamic_ran = [
+        r
+        for r in loaded
+        if any(g["id"] in DYNAMIC_GATES and g["status"] != "skipped" for g in r["gates"])
+    ]
+    dynamic_pass = [
+        r for r in dynamic_ran if not any(g in DYNAMIC_GATES for g in r["failed_gates"])
+    ]
+    present = {g["id"] for r in loaded for g in r["gates"]}
+    safety_coverage = {  # None: this kernelgate has no such gate yet (absent, not skipped)
+        gate: None
+        if gate not in present
+        else _rate(
+            sum(
+                1
+                for r in loaded
+                if any(g["id"] == gate and g["status"] != "skipped" for g in r["gates"])
+            ),
+            len(loaded),
+        )
+        for gate in SAFETY_GATES
+    }
+    safety_pass = [r for r in loaded if not any(g in SAFETY_GATES for g in r["failed_gates"])]
+
+    seconds = [float(r["seconds"]) for r in rows if r["verdict"] != "unreadable" and r["seconds"]]
+    verify_seconds = [float(r["verify_seconds"]) for r in loaded if r.get("verify_seconds")]
+    contracts = [r["contract"] for r in loaded if r.get("contract")]
+    coverage = {
+        "records_with_contract": len(contracts),
+        "dtypes": dict(Counter(d for c in contracts for d in c["dtypes"])),
+        "layouts": dict(Counter(lay for c in contracts for lay in c["layouts"])),
+        "devices": dict(Counter(str(c["device"]) for c in contracts)),
+        "triton_interpreter": sum(1 for c in contracts if c.get("triton_interpreter")),
+        "varying_dims_per_contract": dict(
+            sorted(Counter(str(len(c["varying_dims"])) for c in contracts).items())
+        ),
+        "fixed_dims_total": sum(len(c["fixed_dims"]) for c in contracts),
+        "input_ranks": dict(
+            sorted(Counter(str(len(s)) for c in contracts for s in c["shapes"]).items())
+        ),
+    }
+    old_compiled = [r for r in rows if r["old_check_detail"].get("compiled") is not None]
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "settings": settings,
+        "records": len(rows),
+        "old_check": {k: sum(1 for r in rows if r["old_check"] == k) for k in OLD_CHECK_OUTCOMES},
+        "old_check_current_tolerance": {
+            k: sum(1 for r in rows if r["old_check_current"] == k) for k in OLD_CHECK_OUTCOMES
+        },
+        "contract": {k: sum(1 for r in rows if r["verdict"] == k) for k in CONTRACT_OUTCOMES},
+        "disagreement": _matrix(rows, "old_check"),
+        "disagreement_current_tolerance": _matrix(rows, "old_check_current"),
+        "gates": dict(sorted(gate_stats.items())),
+        "tolerance_free_vs_thresholded": {"judged": len(loaded), **kinds},
+        "modal_defect": {
+            "defect": modal[0][0] if modal else None,
+            "records": modal[0][1] if modal else 0,
+            "share_of_rejected": _rate(modal[0][1], rejected) if modal else None,
+            "all": dict(defect_counts.most_common()),
+        },
+        "compile": {
+            "attempted": len(attempted),
+            "loaded": len(loaded),
+            "rate": _rate(len(loaded), len(attempted)),
+            "old_check_compiled": sum(1 for r in old_compiled if r["old_check_detail"]["compiled"]),
+            "old_check_attempted": len(old_compiled),
+        },
+        "dynamic": {
+            "judged": len(dynamic_ran),
+            "passed": len(dynamic_pass),
+            "rate": _rate(len(dynamic_pass), len(dynamic_ran)),
+        },
+        "safety": {
+            "judged": len(loaded),
+            "passed": len(safety_pass),
+            "rate": _rate(len(safety_pass), len(loaded)),
+            "coverage": safety_coverage,
+        },
+        "time": {
+            "records": len(seconds),
+            "median_s": statistics.median(seconds) if seconds else None,
+            "p95_s": _percentile(seconds, 0.95),
+            "verify_median_s": statistics.median(verify_seconds) if verify_seconds else None,
+            "verify_p95_s": _percentile(verify_seconds, 0.95),
+        },
+        "coverage": coverage,
+        "rows": [
+            {
+                "id": r["id"],
+                "source_ids": r["source_ids"],
+                "source_verdict": r["source_verdict"],
+                "old_check": r["old_check"],
+                "old_check_current": r["old_check_current"],
+                "verdict": r["verdict"],
+                "stage": r.get("stage"),
+                "failed_gates": r["failed_gates"],
+                "reason": r.get("reason"),
+                "seconds": r["seconds"],
+                "replay": r.get("replay"),
+                "gate_replays": {g["id"]: g["replay"] for g in r["gates"] if g.get("replay")},
+                "evidence": r.get("evidence"),
+            }
+            for r in rows
+        ],
+    }
+
+
+# -- plots -----------------------------------------------------------------------------------
+
+
+def _plots(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, bytes]:
+    """PNG bytes per plot name; empty when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}
+    images: dict[str, bytes] = {}
+
+    def save(name: str, figure: Any) -> None:
+        buffer = io.BytesIO()
+        figure.tight_layout()
+        figure.savefig(buffer, format="png", dpi=110)
+        plt.close(figure)
+        images[name] = buffer.getvalue()
+
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    for ax, key, title in (
+        (axes[0], "old_check", "old check (KernelBench, 1e-2)"),
+        (axes[1], "contract", "contract (kernelgate)"),
+    ):
+        counts = summary[key]
+        ax.bar(list(counts), list(counts.values()), color="#4c72b0")
+        ax.set_title(title)
+        ax.tick_params(axis="x", rotation=30)
+    save("verdicts", figure)
+
+    gates = summary["gates"]
+    figure, ax = plt.subplots(figsize=(7, 0.45 * max(len(gates), 2) + 1))
+    names = list(gates)
+    rates = [(gates[g]["failure_rate"] or 0.0) * 100 for g in names]
+    colors = ["#c44e52" if gates[g]["kind"] == "tolerance-free" else "#dd8452" for g in names]
+    ax.barh(names, rates, color=colors)
+    ax.set_xlabel("% of loaded records failing (red: tolerance-free, orange: thresholded)")
+    ax.set_xlim(0, 100)
+    ax.invert_yaxis()
+    save("gate_failures", figure)
+
+    matrix = summary["disagreement"]
+    cells = [
+        [matrix["old_accepts_contract_accepts"], matrix["old_accepts_contract_rejects"]],
+        [matrix["old_rejects_contract_accepts"], matrix["old_rejects_contract_rejects"]],
+    ]
+    figure, ax = plt.subplots(figsize=(4.6, 3.8))
+    ax.imshow(cells, cmap="Blues")
+    ax.set_xticks([0, 1], ["contract accepts", "contract rejects"])
+    ax.set_yticks([0, 1], ["old accepts", "old rejects"])
+    for i in range(2):
+        for j in range(2):
+            ax.text(j, i, str(cells[i][j]), ha="center", va="center", fontsize=14)
+    ax.set_title(f"excluded: {matrix['excluded']}")
+    save("disagreement", figure)
+
+    seconds = [float(r["seconds"]) for r in rows if r["verdict"] != "unreadable" and r["seconds"]]
+    figure, ax = plt.subplots(figsize=(6, 3))
+    ax.hist(seconds or [0.0], bins=min(30, max(5, len(seconds))), color="#55a868")
+    ax.set_xlabel("seconds per record (old check + contract)")
+    ax.set_ylabel("records")
+    save("verification_time", figure)
+    return images
+
+
+# -- documents -------------------------------------------------------------------------------
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of every table, shared by the Markdown and HTML documents."""
+    m = summary["disagreement"]
+    mc = summary["disagreement_current_tolerance"]
+    tol = summary["tolerance_free_vs_thresholded"]
+    cov = summary["coverage"]
+    tables = [
+        (
+            "Outcomes",
+            ["", *CONTRACT_OUTCOMES],
+            [["contract", *[str(summary["contract"][k]) for k in CONTRACT_OUTCOMES]]],
+        ),
+        (
+            "Old check (KernelBench, re-run here)",
+            ["tolerance", *OLD_CHECK_OUTCOMES],
+            [
+                ["1e-2 (older runs)", *[str(summary["old_check"][k]) for k in OLD_CHECK_OUTCOMES]],
+                [
+                    "per dtype (today)",
+                    *[str(summary["old_check_current_tolerance"][k]) for k in OLD_CHECK_OUTCOMES],
+                ],
+            ],
+        ),
+        (
+            "Disagreement matrix (old check at 1e-2; per-dtype tolerance in brackets)",
+            ["", "contract accepts", "contract rejects"],
+            [
+                [
+                    "old check accepts",
+                    f"{m['old_accepts_contract_accepts']} ({mc['old_accepts_contract_accepts']})",
+                    f"{m['old_accepts_contract_rejects']} ({mc['old_accepts_contract_rejects']})",
+                ],
+                [
+                    "old check rejects",
+                    f"{m['old_rejects_contract_accepts']} ({mc['old_rejects_contract_accepts']})",
+                    f"{m['old_rejects_contract_rejects']} ({mc['old_rejects_contract_rejects']})",
+                ],
+                ["excluded (not run, unreadable, error)", str(m["excluded"]), ""],
+            ],
+        ),
+        (
+            "Per-gate failure rates (records that loaded)",
+            ["gate", "kind", "pass", "fail", "skipped", "failure rate"],
+            [
+                [
+                    g,
+                    s["kind"],
+                    str(s["pass"]),
+                    str(s["fail"]),
+                    str(s["skipped"]),
+                    _pct(s["failure_rate"]),
+                ]
+                for g, s in summary["gates"].items()
+            ],
+        ),
+        (
+            "Tolerance-free vs thresholded failures",
+            [
+                "judged",
+                "any tolerance-free",
+                "any thresholded",
+                "only tolerance-free",
+                "only thresholded",
+                "both",
+            ],
+            [
+                [
+                    str(tol["judged"]),
+                    *[
+                        str(tol.get(k, 0))
+                        for k in (
+                            "any_tolerance_free_failure",
+                            "any_thresholded_failure",
+                            "only_tolerance_free",
+                            "only_thresholded",
+                            "both",
+                        )
+                    ],
+                ]
+            ],
+        ),
+        (
+            "Pass rates",
+            ["measure", "passed / judged", "rate"],
+            [
+                [
+                    "compile (candidate loads, ModelNew builds)",
+                    f"{summary['compile']['loaded']} / {summary['compile']['attempted']}",
+                    _pct(summary["compile"]["rate"]),
+                ],
+                [
+                    "old check compiled",
+                    f"{summary['compile']['old_check_compiled']} / "
+                    f"{summary['compile']['old_check_attempted']}",
+                    _pct(
+                        _rate(
+                            summary["compile"]["old_check_compiled"],
+                            summary["compile"]["old_check_attempted"],
+                        )
+                    ),
+                ],
+                [
+                    "dynamic differential gates",
+                    f"{summary['dynamic']['passed']} / {summary['dynamic']['judged']}",
+                    _pct(summary["dynamic"]["rate"]),
+                ],
+                [
+                    "safety gates",
+                    f"{summary['safety']['passed']} / {summary['safety']['judged']}",
+                    _pct(summary["safety"]["rate"]),
+                ],
+            ],
+        ),
+        (
+            "Safety-gate coverage (share of loaded records on which the gate ran)",
+            ["gate", "coverage"],
+            [
+                [g, "not implemented in this kernelgate" if v is None else _pct(v)]
+                for g, v in summary["safety"]["coverage"].items()
+            ],
+        ),
+        (
+            "Modal defect",
+            ["defect", "records", "share of rejected", "all defects"],
+            [
+                [
+                    _fmt(summary["modal_defect"]["defect"]),
+                    str(summary["modal_defect"]["records"]),
+                    _pct(summary["modal_defect"]["share_of_rejected"]),
+                    ", ".join(f"{k}: {v}" for k, v in summary["modal_defect"]["all"].items())
+                    or "-",
+                ]
+            ],
+        ),
+        (
+            "Verification time per kernel (seconds)",
+            ["", "median", "p95"],
+            [
+                [
+                    "whole record (old check + contract)",
+                    _fmt(summary["time"]["median_s"]),
+                    _fmt(summary["time"]["p95_s"]),
+                ],
+                [
+                    "contract verification",
+                    _fmt(summary["time"]["verify_median_s"]),
+                    _fmt(summary["time"]["verify_p95_s"]),
+                ],
+            ],
+        ),
+        (
+            "Contract coverage",
+            ["aspect", "counts"],
+            [
+                ["contracts", str(cov["records_with_contract"])],
+                ["dtypes", ", ".join(f"{k}: {v}" for k, v in cov["dtypes"].items()) or "-"],
+                ["layouts", ", ".join(f"{k}: {v}" for k, v in cov["layouts"].items()) or "-"],
+                ["devices", ", ".join(f"{k}: {v}" for k, v in cov["devices"].items()) or "-"],
+                ["Triton interpreter stood in for the device", str(cov["triton_interpreter"])],
+                [
+                    "shapes: varying dims per contract",
+                    ", ".join(f"{k} dims: {v}" for k, v in cov["varying_dims_per_contract"].items())
+                    or "-",
+                ],
+                [
+                    "shapes: input ranks",
+                    ", ".join(f"rank {k}: {v}" for k, v in cov["input_ranks"].items()) or "-",
+                ],
+                ["shapes: dims held fixed (in all contracts)", str(cov["fixed_dims_total"])],
+            ],
+        ),
+    ]
+    return tables
+
+
+def _rejected_entries(summary: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+    """(id, what failed, replay commands) for every rejected record."""
+    entries = []
+    for row in summary["rows"]:
+        if row["verdict"] != "rejected":
+            continue
+        if row["failed_gates"]:
+            what = "failed " + ", ".join(row["failed_gates"])
+            replays = [row["gate_replays"].get(g) or row["replay"] for g in row["failed_gates"]]
+        else:
+            what = f"rejected at {row['stage'] or 'load'}: {row['reason'] or ''}"
+            replays = [row["replay"]] if row["replay"] else []
+        entries.append((row["id"], f"{what} (old check: {row['old_check']})", replays))
+    return entries
+
+
+def _other_entries(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (row["id"], f"{row['verdict']}: {row['reason']}")
+        for row in summary["rows"]
+        if row["verdict"] in ("unreadable", "error")
+    ]
+
+
+def _markdown(summary: dict[str, Any], images: dict[str, bytes]) -> str:
+    lines = [
+        "# kernelgate audit",
+        "",
+        f"Source: `{summary['settings']['source']}` ({summary['settings']['format']}), "
+        f"device `{summary['settings']['device']}`, {summary['records']} records.",
+        "",
+    ]
+    for title, header, rows in _sections(summary):
+        lines += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += [
+            "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows
+        ]
+        lines.append("")
+    if images:
+        lines += ["## Plots", ""]
+        lines += [f"![{PLOTS[name]}]({name}.png)" for name in images]
+        lines.append("")
+    lines += ["## Rejected records", ""]
+    for record_id, what, replays in _rejected_entries(summary):
+        lines.append(f"- `{record_id}`: {what}")
+        lines += [f"  - replay: `{command}`" for command in replays]
+    lines += ["", "## Unreadable and error records", ""]
+    lines += [f"- `{record_id}`: {what}" for record_id, what in _other_entries(summary)] or [
+        "- none"
+    ]
+    return "\n".join(lines) + "\n"
+
+
+HTML_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:4px 8px;
+text-align:left;vertical-align:top}th{background:#f0f0f0}code{font-size:90%;word-break:break-all}
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}
+"""
+
+
+def _html(summary: dict[str, Any], images: dict[str, bytes]) -> str:
+    e = html.escape
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>kernelgate audit</title>",
+        f"<style>{HTML_STYLE}</style></head><body><h1>kernelgate audit</h1>",
+        f"<p>Source <code>{e(str(summary['settings']['source']))}</code> "
+        f"({e(summary['settings']['format'])}), device <code>{e(summary['settings']['device'])}"
+        f"</code>, {summary['records']} records.</p>",
+    ]
+    for title, header, rows in _sections(summary):
+        parts.append(f"<h2>{e(title)}</h2><table><tr>")
+        parts += [f"<th>{e(h)}</th>" for h in header]
+        parts.append("</tr>")
+        for row in rows:
+            parts.append("<tr>" + "".join(f"<td>{e(cell)}</td>" for cell in row) + "</tr>")
+        parts.append("</table>")
+    if images:
+        parts.append("<h2>Plots</h2>")
+    for name, png in images.items():
+        data = base64.b64encode(png).decode()
+        parts.append(
+            f"<h3>{e(PLOTS[name])}</h3><img alt='{e(name)}' src='data:image/png;base64,{data}'>"
+        )
+    parts.append(
+        "<h2>Rejected records</h2><table><tr><th>record</th><th>what failed</th>"
+        "<th>replay</th></tr>"
+    )
+    for record_id, what, replays in _rejected_entries(summary):
+        commands = "<br>".join(f"<code>{e(c)}</code>" for c in replays)
+        parts.append(
+            f"<tr><td><code>{e(record_id)}</code></td><td>{e(what)}</td><td>{commands}</td></tr>"
+        )
+    parts.append(
+        "</table><h2>Unreadable and error records</h2><table>"
+        "<tr><th>record</th><th>reason</th></tr>"
+    )
+    for record_id, what in _other_entries(summary):
+        parts.append(f"<tr><td><code>{e(record_id)}</code></td><td>{e(what)}</td></tr>")
+    parts.append("</table></body></html>")
+    return "\n".join(parts)
+
+
+def write_report(
+    out_dir: Path, rows: list[dict[str, Any]], settings: dict[str, Any]
+) -> dict[str, Any]:
+    """Write summary.json, report.md, report.html and the plot PNGs; return the summary."""
+    summary = summarize(rows, settings)
+    images = _plots(summary, rows)
+    for name, png in images.items():
+        (out_dir / f"{name}.png").write_bytes(png)
+    summary["plots"] = sorted(f"{name}.png" for name in images)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out_dir / "report.md").write_text(_markdown(summary, images))
+    (out_dir / "report.html").write_text(_html(summary, images))
+    return summary

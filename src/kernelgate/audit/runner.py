@@ -1,0 +1,103 @@
+"""The audit loop: read a corpus, judge every record not yet in the store, write the report.
+
+Each record is judged in a process of its own (see ``judge.py``) by an executor, and its
+row is committed to the store the moment it comes back. The loop keeps no state the store
+does not have, so ``--resume`` after any kind of death (SIGKILL included) picks up exactly
+the records without a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelgate.audit.executors import make_executor
+from kernelgate.audit.judge import AuditOptions, unreadable_row
+from kernelgate.audit.report import write_report
+from kernelgate.audit.store import ResultStore
+from kernelgate.formats.corpus import detect_format, read_corpus
+
+
+@dataclass
+class AuditPlan:
+    """What the audit found before judging anything (for the progress display)."""
+
+    records: int
+    already_done: int
+    format: str
+    executor: str
+
+
+@dataclass
+class AuditOutcome:
+    records: int
+    judged_now: int
+    out_dir: Path
+    summary: dict[str, Any]
+
+
+def run_audit(
+    source: Path,
+    out_dir: Path,
+    *,
+    fmt: str = "auto",
+    problems: Path | None = None,
+    device: str = "cpu",
+    workers: int | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+    resume: bool = False,
+    limit: int | None = None,
+    timeout: float = 60.0,
+    seed: int = 0,
+    on_plan: Callable[[AuditPlan], None] | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> AuditOutcome:
+    """Audit SOURCE into OUT_DIR; raises ``KernelgateError`` only for usage errors."""
+    from kernelgate.pipeline import resolve_device
+
+    device = resolve_device(device)
+    resolved_format = detect_format(source) if fmt == "auto" else fmt
+    records = read_corpus(source, resolved_format, problems=problems)
+    if limit is not None:
+        records = records[:limit]
+    settings = {
+        "source": str(source.resolve()),
+        "format": resolved_format,
+        "problems": str(problems.resolve()) if problems else None,
+        "device": device,
+        "timeout": timeout,
+        "seed": seed,
+    }
+    pool = make_executor(executor, workers=workers, device=device, ray_address=ray_address)
+    try:
+        store = ResultStore.open(out_dir, resume=resume, settings=settings)
+    except BaseException:
+        pool.close()
+        raise
+    try:
+        done = store.done_ids()
+        position = {record.id: index for index, record in enumerate(records)}
+        todo = [r for r in records if r.id not in done]
+        if on_plan is not None:
+            on_plan(
+                AuditPlan(len(records), len(records) - len(todo), resolved_format, pool.description)
+            )
+        options = AuditOptions(str(out_dir.resolve()), device=device, timeout=timeout, seed=seed)
+        for record in (r for r in todo if r.unreadable is not None):
+            row = unreadable_row(record)
+            store.put(position[record.id], row)
+            if on_row is not None:
+                on_row(row)
+        readable = [r for r in todo if r.unreadable is None]
+        for record, row in pool.judge_all(readable, options):
+            store.put(position[record.id], row)
+            if on_row is not None:
+                on_row(row)
+        summary = write_report(out_dir, store.rows(), settings)
+        return AuditOutcome(len(records), len(todo), out_dir, summary)
+    finally:
+        store.close()
+        pool.close()

@@ -1,0 +1,117 @@
+"""The audit's results store: SQLite in the output folder, one row per record.
+
+Why SQLite: each row is committed in its own transaction the moment its record finishes,
+so an audit killed at any instant (SIGKILL included) leaves only whole rows behind; the
+record id is the primary key, so a resumed audit can neither lose nor duplicate a record.
+Only the audit's main process writes; executors hand rows back to it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from kernelgate.errors import KernelgateError
+
+STORE_NAME = "audit.sqlite"
+STORE_SCHEMA = "kernelgate.audit-store/1"
+
+
+class ResultStore:
+    """Rows keyed by record id, plus the audit's settings (to check a resume against)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None)  # explicit transactions only
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        with self._transaction():
+            self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS rows (id TEXT PRIMARY KEY, position INTEGER NOT NULL,"
+                " finished REAL NOT NULL, data TEXT NOT NULL)"
+            )
+
+    @classmethod
+    def open(cls, out_dir: Path, *, resume: bool, settings: dict[str, Any]) -> ResultStore:
+        """Open the store of ``out_dir``: a new one, or (with ``resume``) the existing one.
+
+        Refuses to reuse a store without ``resume`` (it would mix two audits) and to resume
+        one whose settings differ (rows judged under other settings would be mixed in).
+        """
+        path = out_dir / STORE_NAME
+        exists = path.exists()
+        if exists and not resume:
+            raise KernelgateError(
+                f"{out_dir} already holds an audit store ({STORE_NAME}); pass --resume to "
+                "continue that audit, or choose another --out folder"
+            )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        store = cls(path)
+        recorded = store.settings()
+        if exists and recorded and recorded != settings:
+            changed = sorted(
+                k for k in settings.keys() | recorded.keys() if settings.get(k) != recorded.get(k)
+            )
+            store.close()
+            raise KernelgateError(
+                f"cannot resume {out_dir}: it was started with other settings "
+                f"({', '.join(changed)} differ); use the same options or another --out folder"
+            )
+        if not recorded:
+            with store._transaction():
+                store._db.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('settings', ?)", (json.dumps(settings),)
+                )
+                store._db.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (json.dumps(STORE_SCHEMA),)
+                )
+        return store
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def settings(self) -> dict[str, Any]:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'settings'").fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def done_ids(self) -> set[str]:
+        return {r[0] for r in self._db.execute("SELECT id FROM rows")}
+
+    def put(self, position: int, row: dict[str, Any]) -> None:
+        """Commit one finished record. A second row for the same id is refused by the key."""
+        with self._transaction():
+            self._db.execute(
+                "INSERT INTO rows (id, position, finished, data) VALUES (?, ?, ?, ?)",
+                (row["id"], position, time.time(), json.dumps(row)),
+            )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row, in corpus order."""
+        return [
+            json.loads(r[0]) for r in self._db.execute("SELECT data FROM rows ORDER BY position")
+        ]
+
+    def __len__(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM rows").fetchone()[0])
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on error (sqlite3's own context manager
+    does not begin a transaction in autocommit mode)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._db.execute("BEGIN IMMEDIATE")
+        return self._db
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")

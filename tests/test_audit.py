@@ -1,0 +1,287 @@
+"""The audit: corpus formats, a complete report, SIGKILL and --resume, the Ray executor.
+
+The corpus is tiny and plain PyTorch (see ``audit_corpus.py``) so the whole file runs in
+about two minutes on two cores; ``--timeout 2`` keeps the hanging candidate cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernelgate.audit.report import PLOTS
+from kernelgate.audit.store import STORE_NAME
+from kernelgate.formats.corpus import detect_format, read_corpus
+
+from .audit_corpus import CANDIDATES, EXPECTED, REFERENCE, write_pairs
+from .conftest import ROOT
+
+TIMEOUT = "2"
+
+
+def kernelgate(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kernelgate.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
+
+
+def outcomes(summary: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """What must not depend on the executor: verdict, failed gates, old-check results."""
+    return {
+        row["id"]: (
+            row["verdict"],
+            tuple(row["failed_gates"]),
+            row["stage"],
+            row["old_check"],
+            row["old_check_current"],
+        )
+        for row in summary["rows"]
+    }
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_pairs(tmp_path_factory.mktemp("audit") / "corpus")
+
+
+@pytest.fixture(scope="module")
+def local_audit(corpus: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    out = corpus.parent / "local"
+    result = kernelgate(
+        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"
+    )
+    return out, result
+
+
+# -- formats -------------------------------------------------------------------------------
+
+
+def test_pairs_format_reads_both_layouts_and_flags_orphans(corpus: Path) -> None:
+    assert detect_format(corpus) == "pairs"
+    records = {r.id: r for r in read_corpus(corpus)}
+    assert set(records) == set(EXPECTED)
+    assert records["orphan"].unreadable == "pair 'orphan' has no candidate file"
+    assert records["honest"].candidate_path.endswith("honest/candidate.py")
+    assert records["nan_swallow"].candidate_path.endswith("nan_swallow_new.py")
+
+
+def test_cuda_l1_format(tmp_path: Path) -> None:
+    lines = [
+        json.dumps(
+            {
+                "level_id": 1,
+                "task_id": 3,
+                "ref_code": REFERENCE,
+                "custom_code": CANDIDATES["honest"],
+            }
+        ),
+        json.dumps({"level_id": 1, "task_id": 4, "ref_code": REFERENCE, "custom_code": ""}),
+        "{not json",
+        json.dumps(
+            {
+                "level_id": 1,
+                "task_id": 3,
+                "ref_code": REFERENCE,
+                "custom_code": CANDIDATES["honest"],
+            }
+        ),
+    ]
+    path = tmp_path / "h100.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert detect_format(path) == "cuda-l1"
+    records = read_corpus(path)
+    assert [r.id for r in records] == ["h100/L1/T3", "h100/L1/T4", "h100/line3", "h100/L1/T3~2"]
+    assert records[0].unreadable is None and records[0].source_verdict == "accepted"
+    assert records[0].source_ids == {"file": "h100", "line": 1, "level": 1, "task": 3}
+    assert "custom_code is empty" in (records[1].unreadable or "")
+    assert "not valid JSON" in (records[2].unreadable or "")
+
+
+def test_kernelbench_run_format(tmp_path: Path) -> None:
+    problems = tmp_path / "KernelBench" / "level1"
+    problems.mkdir(parents=True)
+    (problems / "19_ReLU.py").write_text(REFERENCE)
+    run = tmp_path / "runs" / "my_run"
+    run.mkdir(parents=True)
+    (run / "level_1_problem_19_sample_0_kernel.py").write_text(CANDIDATES["honest"])
+    (run / "level_1_problem_19_sample_1_kernel.py").write_text(CANDIDATES["nan_swallow"])
+    (run / "level_1_problem_20_sample_0_kernel.py").write_text(CANDIDATES["honest"])
+    (run / "eval_results.json").write_text(
+        json.dumps(
+            {
+                "19": [
+                    {"sample_id": 0, "compiled": True, "correctness": True},
+                    {"sample_id": 1, "compiled": True, "correctness": False},
+                ],
+            }
+        )
+    )
+    assert detect_format(run) == "kernelbench-run"
+    records = read_corpus(run, problems=problems.parent)
+    assert [r.id for r in records] == ["my_run/L1/P19/S0", "my_run/L1/P19/S1", "my_run/L1/P20/S0"]
+    assert [r.source_verdict for r in records] == ["accepted", "rejected", None]
+    assert records[0].reference_path.endswith("19_ReLU.py")
+    assert "no reference for level 1 problem 20" in (records[2].unreadable or "")
+    result = kernelgate("audit", str(run), "--out", str(tmp_path / "out"), "--limit", "1")
+    assert result.returncode == 2 and "--problems" in result.stderr
+
+
+# -- a complete audit --------------------------------------------------------------------------
+
+
+def test_audit_writes_a_complete_report(
+    local_audit: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, result = local_audit
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["records"] == len(EXPECTED)
+    by_id = {row["id"]: row for row in summary["rows"]}
+    for record_id, (verdict, old_check) in EXPECTED.items():
+        assert (by_id[record_id]["verdict"], by_id[record_id]["old_check"]) == (
+            verdict,
+            old_check,
+        ), record_id
+    # other gates may join as kernelgate grows; these are the ones that must catch each defect
+    assert "EXC-01" in by_id["nan_swallow"]["failed_gates"]
+    assert "RES-01" in by_id["crash"]["failed_gates"]
+    assert "RES-01" in by_id["hang"]["failed_gates"]
+    assert (
+        by_id["syntax_error"]["stage"] == "load"
+        and "syntax error" in by_id["syntax_error"]["reason"]
+    )
+    assert summary["contract"] == {
+        "verified": 1,
+        "narrowed": 0,
+        "rejected": 5,
+        "unreadable": 1,
+        "error": 0,
+    }
+    assert summary["old_check"] == {"accepted": 2, "rejected": 4, "not-run": 1, "error": 0}
+    assert summary["disagreement"] == {
+        "old_accepts_contract_accepts": 1,
+        "old_accepts_contract_rejects": 1,
+        "old_rejects_contract_accepts": 0,
+        "old_rejects_contract_rejects": 4,
+        "excluded": 1,
+    }
+    assert summary["gates"]["EXC-01"]["fail"] == 1
+    assert summary["compile"]["loaded"] == 4 and summary["compile"]["attempted"] == 6
+    assert summary["time"]["median_s"] > 0 and summary["coverage"]["dtypes"]["float32"] == 4
+    # every rejected record has a replay command that names its files
+    replay = by_id["nan_swallow"]["gate_replays"]["EXC-01"]
+    assert replay.startswith("kernelgate verify ") and "--only EXC-01" in replay
+    report_md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    for name in PLOTS:
+        assert (out / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+    assert html.count("data:image/png;base64,") == len(PLOTS)
+    for text in (report_md, html):
+        assert "Disagreement matrix" in text and "Modal defect" in text
+        assert "nan_swallow" in text and "--only EXC-01" in text
+    # the store holds one row per record, and refuses to be reused without --resume
+    again = kernelgate("audit", str(out.parent / "corpus"), "--out", str(out))
+    assert again.returncode == 2 and "--resume" in again.stderr
+
+
+def test_audit_usage_errors_exit_two(tmp_path: Path) -> None:
+    missing = kernelgate("audit", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"))
+    assert missing.returncode == 2 and "not found" in missing.stderr
+    bad_format = kernelgate("audit", str(tmp_path), "--out", str(tmp_path / "o"), "--format", "zip")
+    assert bad_format.returncode == 2 and "unknown corpus format" in bad_format.stderr
+
+
+# -- SIGKILL and --resume ------------------------------------------------------------------------
+
+
+def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    names = ["honest", "nan_swallow", "syntax_error", "no_modelnew"]
+    corpus = write_pairs(tmp_path / "corpus", names)
+    out = tmp_path / "out"
+    args = [
+        sys.executable,
+        "-m",
+        "kernelgate.cli",
+        "audit",
+        str(corpus),
+        "--out",
+        str(out),
+        "--timeout",
+        TIMEOUT,
+        "--workers",
+        "1",
+    ]
+    process = subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    store = out / STORE_NAME
+    deadline = time.monotonic() + 120
+    rows = 0
+    while time.monotonic() < deadline and process.poll() is None:
+        if store.exists():
+            try:
+                with sqlite3.connect(store) as db:
+                    rows = db.execute("SELECT COUNT(*) FROM rows").fetchone()[0]
+            except sqlite3.OperationalError:
+                rows = 0
+            if rows >= 1:
+                break
+        time.sleep(0.2)
+    assert process.poll() is None, "the audit finished before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert 1 <= rows < len(names)
+    resumed = kernelgate(
+        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2", "--resume"
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    with sqlite3.connect(store) as db:
+        ids = [r[0] for r in db.execute("SELECT id FROM rows")]
+    assert sorted(ids) == sorted(names)
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(row["id"] for row in summary["rows"]) == sorted(names)
+    assert {row["id"]: row["verdict"] for row in summary["rows"]} == {
+        name: EXPECTED[name][0] for name in names
+    }
+
+
+# -- the Ray executor ----------------------------------------------------------------------------
+
+
+def test_ray_executor_matches_local(
+    corpus: Path, local_audit: tuple[Path, subprocess.CompletedProcess[str]]
+) -> None:
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'kernelgate[ray]')")
+    out = corpus.parent / "ray"
+    result = kernelgate(
+        "audit",
+        str(corpus),
+        "--out",
+        str(out),
+        "--timeout",
+        TIMEOUT,
+        "--executor",
+        "ray",
+        "--workers",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ray (local)" in result.stderr
+    local = json.loads((local_audit[0] / "summary.json").read_text())
+    remote = json.loads((out / "summary.json").read_text())
+    assert outcomes(remote) == outcomes(local)
