@@ -1,0 +1,285 @@
+"""The red-team catalog: one declarative entry per defect class and per positive control.
+
+Each defective entry names the KernelBench reference it claims to implement, the candidate
+file, the gate(s) of DESIGN.md that must reject it, and, when the Triton interpreter cannot
+express the defect (no TF32, sequential programs, no streams, no register allocator), the
+reason it only runs on a device. Entries are data, not code paths: calibration, tests and
+docs all read this one list, so a new defect is one file plus one entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+SEQUENTIAL = (
+    "the Triton interpreter runs program instances one after another, so the race always "
+    "resolves the same way and the values come out right"
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One red-team kernel (``intended_gates`` non-empty) or positive control (empty)."""
+
+    name: str
+    reference: str  # file stem under references/
+    candidate: str  # path under the redteam package, e.g. "defects/cache_by_shape.py"
+    defect: str = ""  # one line: what is wrong ("" for a control)
+    intended_gates: tuple[str, ...] = ()
+    device_only: str | None = None  # why the interpreter cannot express it, or None
+
+    @property
+    def reference_path(self) -> Path:
+        return ROOT / "references" / f"{self.reference}.py"
+
+    @property
+    def candidate_path(self) -> Path:
+        return ROOT / self.candidate
+
+    @property
+    def is_control(self) -> bool:
+        return not self.intended_gates
+
+
+def _d(
+    name: str,
+    reference: str,
+    defect: str,
+    gates: tuple[str, ...],
+    device_only: str | None = None,
+) -> Entry:
+    return Entry(name, reference, f"defects/{name}.py", defect, gates, device_only)
+
+
+def _c(name: str, reference: str, candidate: str | None = None) -> Entry:
+    return Entry(name, reference, f"controls/{candidate or name}.py")
+
+
+DEFECTS: tuple[Entry, ...] = (
+    _d(
+        "cache_by_shape",
+        "softmax",
+        "answer cached in a dict keyed by the input shape",
+        ("ORD-02", "CMP-01"),
+    ),
+    _d(
+        "cache_by_data_ptr",
+        "vector_add",
+        "answer cached keyed by the inputs' data pointers",
+        ("ORD-02", "CMP-01"),
+    ),
+    _d(
+        "returns_input", "relu", "returns its input tensor instead of relu(x)", ("CMP-01", "MEM-01")
+    ),
+    _d(
+        "zeros_for_tiny_output",
+        "residual_scale",
+        "returns zeros: passes allclose(atol=1e-2) because |out| < 1e-2",
+        ("CMP-01",),
+    ),
+    _d("nan_to_num", "gelu", "nan_to_num on the input: NaN and Inf become finite", ("EXC-01",)),
+    _d(
+        "where_isnan",
+        "row_sum",
+        "where(x != x, 0, x) before summing: NaN rows sum to a finite value",
+        ("EXC-01",),
+    ),
+    _d("inf_clamped", "relu", "clamps to +-FLT_MAX: +Inf comes out finite", ("EXC-01",)),
+    _d(
+        "softmax_no_max_subtraction",
+        "softmax",
+        "exp(x) / sum(exp(x)) without subtracting the row max: inf/inf = NaN on large inputs",
+        ("EXC-01", "CMP-01"),
+    ),
+    _d(
+        "fp16_accumulator",
+        "row_sum",
+        "row sum accumulated in fp16 behind fp32 inputs and outputs",
+        ("PRC-02",),
+    ),
+    _d("bf16_downcast", "gelu", "computes in bf16 behind fp32 I/O", ("PRC-01", "CMP-01")),
+    _d(
+        "tf32_matmul",
+        "matmul",
+        "tl.dot with TF32 products where IEEE fp32 is promised",
+        ("PRC-01",),
+        "the Triton interpreter has no TF32: tl.dot ignores input_precision and computes in "
+        "IEEE fp32",
+    ),
+    _d(
+        "hardcoded_shape",
+        "softmax",
+        "row length read from a module constant (300): right only at the benchmark shape",
+        ("CMP-03",),
+    ),
+    _d(
+        "tail_mask_drops_remainder",
+        "vector_add",
+        "mask offs < n - n % BLOCK: the tail is dropped unless n is a multiple of BLOCK",
+        ("CMP-03",),
+    ),
+    _d(
+        "oob_read",
+        "row_sum",
+        "unmasked load of a power-of-two block: reads past the row and past the buffer end",
+        ("MEM-01", "CMP-01"),
+    ),
+    _d(
+        "unwritten_tail",
+        "softmax",
+        "grid of rows // 4 with 4 rows per program: the last rows of torch.empty stay unwritten",
+        ("MEM-01",),
+    ),
+    _d(
+        "reuse_freed_result",
+        "softmax",
+        "returns torch.empty_like without computing, hoping to get the reference's freed output",
+        ("MEM-01", "CMP-01"),
+    ),
+    _d("mutated_input", "softmax", "uses the input buffer as scratch for x - max", ("MEM-01",)),
+    _d(
+        "atomic_add_reduction",
+        "row_sum",
+        "row sum split over programs, combined with float atomic_add in arbitrary order",
+        ("ORD-02",),
+        SEQUENTIAL,
+    ),
+    _d(
+        "write_write_race",
+        "row_sum",
+        "non-atomic load-add-store of partial sums from several programs into one output",
+        ("ORD-02", "CMP-01", "RES-01"),
+        SEQUENTIAL,
+    ),
+    _d(
+        "dropped_scale",
+        "scaled_softmax",
+        "forgets the head_dim**-0.5 scale before the softmax",
+        ("CMP-01",),
+    ),
+    _d(
+        "single_block",
+        "row_sum",
+        "one block of 1024 per row: wrong once the row is longer than the block",
+        ("CMP-03",),
+    ),
+    _d(
+        "contiguous_only",
+        "softmax",
+        "indexes rows with the logical width as stride, without .contiguous()",
+        ("CMP-02",),
+    ),
+    _d(
+        "misaligned_vector_load",
+        "relu",
+        "rounds the start address down to 16 bytes, as a float4 load does",
+        ("CMP-02",),
+    ),
+    _d("flush_subnormals", "relu", "flushes subnormal results to zero", ("EXC-02",)),
+    _d(
+        "stale_first_call_state",
+        "layernorm",
+        "mean and variance computed on the first call and reused on every later call",
+        ("ORD-02", "CMP-01"),
+    ),
+    _d(
+        "side_stream_unsynchronized",
+        "softmax",
+        "launches on a side CUDA stream and returns without synchronising",
+        ("CMP-01", "MEM-01", "ORD-02"),
+        "CPU mode has no CUDA streams: the interpreter runs the launch synchronously",
+    ),
+    _d(
+        "output_aliases_input",
+        "relu",
+        "relu computed in place into the input and the input returned",
+        ("MEM-01",),
+    ),
+    _d(
+        "batch_ignored",
+        "batched_softmax",
+        "processes batch 0 only: right at the benchmark's batch of 1",
+        ("CMP-03",),
+    ),
+    _d(
+        "causal_off_by_one",
+        "causal_softmax",
+        "causal mask j < i instead of j <= i: the diagonal is masked out",
+        ("CMP-01",),
+    ),
+    _d(
+        "stochastic_rounding",
+        "gelu",
+        "stochastic rounding to bf16 with a fresh seed per call",
+        ("ORD-02", "PRC-01"),
+    ),
+    _d(
+        "register_spills",
+        "relu",
+        "a 16384-wide tile in one warp: hundreds of live floats per thread spill",
+        ("RES-02",),
+        "spills are a property of the compiled GPU kernel; in CPU mode RES-02 compiles "
+        "offline for sm_90, but this 16384-wide tile exceeds its 300 s compile limit, so "
+        "the gate is skipped there",
+    ),
+    _d(
+        "drops_last_partial_block",
+        "row_sum",
+        "loops over n // BLOCK full blocks and drops the partial last block",
+        ("ORD-01", "CMP-01"),
+    ),
+    _d(
+        "wrong_output_dtype",
+        "matmul_fp16",
+        "returns fp32 where the reference returns fp16",
+        ("PRC-01", "CMP-01"),
+    ),
+    _d(
+        "signed_zero_lost",
+        "relu",
+        "max(x, 0) written as x * (x > 0) + 0.0: -0.0 and tiny negatives come back as +0.0",
+        ("EXC-02",),
+    ),
+)
+
+CONTROLS: tuple[Entry, ...] = (
+    _c("vector_add", "vector_add"),
+    _c("relu", "relu"),
+    _c("gelu", "gelu"),
+    _c("residual_scale", "residual_scale"),
+    _c("softmax", "softmax"),
+    _c("online_softmax", "softmax"),
+    _c("scaled_softmax", "scaled_softmax"),
+    _c("causal_softmax", "causal_softmax"),
+    _c("batched_softmax", "batched_softmax"),
+    _c("row_sum", "row_sum"),
+    _c("row_mean", "row_mean"),
+    _c("row_max", "row_max"),
+    _c("layernorm", "layernorm"),
+    _c("rmsnorm", "rmsnorm"),
+    _c("matmul", "matmul"),
+    _c("matmul_fp16", "matmul_fp16"),
+    _c("cross_entropy", "cross_entropy"),
+    _c("torch_softmax", "softmax"),
+    _c("torch_layernorm", "layernorm"),
+    _c("torch_matmul", "matmul"),
+    _c("torch_cross_entropy", "cross_entropy"),
+    _c("torch_row_sum", "row_sum"),
+)
+
+
+def entries(only: list[str] | tuple[str, ...] | None = None) -> list[Entry]:
+    """Defects then controls, restricted to ``only`` (names) when given; unknown names raise."""
+    every = [*DEFECTS, *CONTROLS]
+    if not only:
+        return every
+    known = {e.name for e in every}
+    unknown = sorted(set(only) - known)
+    if unknown:
+        raise KeyError(
+            f"unknown red-team entr{'y' if len(unknown) == 1 else 'ies'}: {', '.join(unknown)}"
+        )
+    return [e for e in every if e.name in set(only)]

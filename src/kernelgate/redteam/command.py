@@ -1,0 +1,181 @@
+"""The body of ``kernelgate calibrate``: progress, the confusion matrix, margins, times.
+
+Kept out of ``cli.py`` so the command line stays a thin shell over ``runner.calibrate``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kernelgate.redteam.catalog import entries
+from kernelgate.redteam.runner import (
+    CAUGHT,
+    DEVICE_ONLY,
+    ERROR,
+    OTHER_GATE,
+    PASSED,
+    Calibration,
+    EntryResult,
+    calibrate,
+)
+
+OUTCOME_STYLE = {
+    CAUGHT: "green",
+    OTHER_GATE: "yellow",
+    PASSED: "bold red",
+    DEVICE_ONLY: "cyan",
+    ERROR: "bold red",
+    "rejected": "bold red",
+}
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def print_calibration(cal: Calibration, console: Console) -> None:
+    """The per-entry table, the confusion matrix, per-gate catches, margins and times."""
+    table = Table(title=f"red team ({cal.device})")
+    for column in ("defect", "intended", "rejected by", "outcome", "seconds"):
+        table.add_column(column, overflow="fold")
+    for r in cal.defects:
+        detail = r.detail if r.outcome in (DEVICE_ONLY, ERROR) else ""
+        table.add_row(
+            r.name,
+            ", ".join(r.intended_gates),
+            ", ".join(r.rejected_by) or "-",
+            f"[{OUTCOME_STYLE[r.outcome]}]{r.outcome}[/]" + (f": {detail}" if detail else ""),
+            f"{r.seconds:.1f}",
+        )
+    console.print(table)
+
+    controls = Table(title="positive controls")
+    for column in ("control", "verdict", "rejected by", "seconds"):
+        controls.add_column(column, overflow="fold")
+    for r in cal.controls:
+        style = OUTCOME_STYLE[PASSED] if r.outcome != PASSED else "green"
+        controls.add_row(
+            r.name,
+            f"[{style}]{r.verdict}[/]" + (f": {r.detail}" if r.detail else ""),
+            ", ".join(r.rejected_by) or "-",
+            f"{r.seconds:.1f}",
+        )
+    console.print(controls)
+
+    matrix = Table(title="confusion matrix")
+    matrix.add_column("kernels")
+    matrix.add_column("rejected by an intended gate", justify="right")
+    matrix.add_column("rejected only by another gate", justify="right")
+    matrix.add_column("passed", justify="right")
+    matrix.add_column("not run (device-only / error)", justify="right")
+    confusion = cal.confusion()
+    matrix.add_row(
+        f"defective ({len(cal.defects)})",
+        str(len(confusion[CAUGHT])),
+        str(len(confusion[OTHER_GATE])),
+        str(len(confusion[PASSED])),
+        f"{len(confusion[DEVICE_ONLY])} / {len(confusion[ERROR])}",
+    )
+    rejected = [r for r in cal.controls if r.outcome == "rejected"]
+    errored = [r for r in cal.controls if r.outcome == ERROR]
+    matrix.add_row(
+        f"controls ({len(cal.controls)})",
+        "-",
+        str(len(rejected)),
+        str(len(cal.controls) - len(rejected) - len(errored)),
+        f"0 / {len(errored)}",
+    )
+    console.print(matrix)
+
+    gates = Table(title="catches per gate")
+    for column in ("gate", "defects rejected", "of which intended", "controls rejected"):
+        gates.add_column(column, justify="right" if column != "gate" else "left")
+    for gate, row in cal.gate_catches().items():
+        gates.add_row(gate, str(row["defects"]), str(row["intended"]), str(row["controls"]))
+    console.print(gates)
+
+    margins = Table(title="error-model separation (worst error/bound)")
+    for column in ("error model", "largest honest", "at", "smallest defective", "at", "separation"):
+        margins.add_column(column, overflow="fold")
+    for model, m in cal.margins().items():
+        margins.add_row(
+            model,
+            _fmt(m["largest_honest"]),
+            m["largest_honest_at"] or "-",
+            _fmt(m["smallest_defective"]),
+            m["smallest_defective_at"] or "-",
+            _fmt(m["separation"]),
+        )
+    console.print(margins)
+
+    times = cal.times()
+    console.print(
+        f"time per kernel: median {_fmt(times['median_s'])} s, worst {_fmt(times['worst_s'])} s"
+        f" ({times['worst'] or '-'}); total {cal.seconds:.1f} s"
+    )
+    missed = confusion[OTHER_GATE] + confusion[PASSED] + confusion[ERROR]
+    if cal.ok:
+        console.print(
+            "[bold green]every defect run was rejected by an intended gate and no control "
+            "was rejected[/]"
+        )
+    else:
+        if missed:
+            console.print(
+                f"[bold red]defects not rejected by an intended gate[/]: {', '.join(missed)}",
+                highlight=False,
+            )
+        bad = [r.name for r in cal.controls if r.outcome != PASSED]
+        if bad:
+            console.print(
+                f"[bold red]controls rejected or failed[/]: {', '.join(bad)}", highlight=False
+            )
+
+
+def calibrate_command_body(
+    *,
+    device: str,
+    json_out: Path | None,
+    only: list[str] | None,
+    jobs: int | None,
+    timeout: float,
+    console: Console,
+    errors: Console,
+) -> None:
+    """Run the calibration with a progress bar, print it, write JSON, exit 0 / 1."""
+    from kernelgate.errors import KernelgateError
+    from kernelgate.pipeline import resolve_device
+
+    device = resolve_device(device)
+    try:
+        selected = entries(only)
+    except KeyError as exc:
+        raise KernelgateError(str(exc.args[0])) from None
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} kernels"),
+        TimeElapsedColumn(),
+        console=errors,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("calibrating", total=len(selected))
+
+        def on_result(result: EntryResult) -> None:
+            progress.update(task, description=f"{result.name}: {result.outcome}")
+            progress.advance(task)
+
+        cal = calibrate(device, only, jobs=jobs, timeout=timeout, on_result=on_result)
+    print_calibration(cal, console)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(cal.to_dict(), indent=2))
+        console.print(f"calibration written to {json_out}")
+    raise typer.Exit(0 if cal.ok else 1)

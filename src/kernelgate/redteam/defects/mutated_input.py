@@ -1,0 +1,31 @@
+"""DEFECT: softmax that saves memory by writing x - max back into the input buffer.
+
+The output is right, but the caller's tensor is changed. Must be rejected by MEM-01.
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, out_ptr, x_stride, out_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    shifted = x - tl.max(x, axis=0)
+    tl.store(x_ptr + row * x_stride + cols, shifted.to(x_ptr.dtype.element_ty), mask=mask)
+    num = tl.exp(shifted)  # DEFECT: the store above overwrote the input
+    out = num / tl.sum(num, axis=0)
+    tl.store(out_ptr + row * out_stride + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n_rows, n_cols = x.shape
+        out = torch.empty_like(x)
+        block = triton.next_power_of_2(n_cols)
+        _softmax_kernel[(n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block)
+        return out

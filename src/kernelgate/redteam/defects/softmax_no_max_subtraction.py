@@ -1,0 +1,31 @@
+"""DEFECT: softmax as exp(x) / sum(exp(x)), without subtracting the row max.
+
+Right for randn inputs; for inputs above ~88 exp overflows and inf / inf gives NaN from
+finite input. Must be rejected by EXC-01 or CMP-01 (large-magnitude distribution).
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, out_ptr, x_stride, out_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    num = tl.exp(x)  # DEFECT: no max subtraction
+    out = num / tl.sum(num, axis=0)
+    tl.store(out_ptr + row * out_stride + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        n_rows, n_cols = x.shape
+        out = torch.empty_like(x)
+        block = triton.next_power_of_2(n_cols)
+        _softmax_kernel[(n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block)
+        return out

@@ -1,0 +1,20 @@
+"""Reference: sum over dim 1 of a (17, 1000) matrix (1000 = 3 blocks of 256 plus a tail)."""
+
+import torch
+import torch.nn as nn
+
+batch_size = 17
+dim = 1000
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sum(x, dim=1)
+
+
+def get_inputs() -> list[torch.Tensor]:
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs() -> list:
+    return []

@@ -1,0 +1,20 @@
+"""Reference: row softmax of a (13, 300) matrix (rows not a power of two)."""
+
+import torch
+import torch.nn as nn
+
+batch_size = 13
+dim = 300
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs() -> list[torch.Tensor]:
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs() -> list:
+    return []

@@ -1,0 +1,289 @@
+"""Calibration: run every red-team kernel and control through ``kernelgate.verify``.
+
+The result is a confusion matrix (defect rejected by an intended gate / rejected only by
+another gate / passed), per-gate catch counts, each error model's separation margin and
+the time per kernel. Verifications are independent, so they run in a process pool
+(``spawn``: each child imports torch and Triton afresh, and a crash in one cannot take the
+others down); every candidate still runs in its own sandbox worker under ``verify``.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelgate.redteam.catalog import Entry, entries
+
+CAUGHT = "rejected by an intended gate"
+OTHER_GATE = "rejected only by another gate"
+PASSED = "passed"
+DEVICE_ONLY = "device-only"
+ERROR = "harness error"
+
+
+@dataclass
+class EntryResult:
+    """What one verification of one catalog entry gave."""
+
+    name: str
+    control: bool
+    intended_gates: list[str]
+    verdict: str  # verified / rejected / narrowed, or "device-only" / "error"
+    rejected_by: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    ratios: list[dict[str, Any]] = field(default_factory=list)  # thresholded gates' evidence
+    seconds: float = 0.0
+    detail: str = ""  # device-only reason or harness error
+
+    @property
+    def outcome(self) -> str:
+        if self.verdict == DEVICE_ONLY:
+            return DEVICE_ONLY
+        if self.verdict == "error":
+            return ERROR
+        if self.control:
+            return PASSED if not self.rejected_by else "rejected"
+        if set(self.rejected_by) & set(self.intended_gates):
+            return CAUGHT
+        return OTHER_GATE if self.rejected_by else PASSED
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "verdict": self.verdict}
+        if not self.control:
+            data["intended_gates"] = self.intended_gates
+        data |= {
+            "rejected_by": self.rejected_by,
+            "outcome": self.outcome,
+            "seconds": self.seconds,
+            "skipped": self.skipped,
+            "error_over_bound": self.ratios,
+        }
+        if self.detail:
+            data["detail"] = self.detail
+        return data
+
+
+def _ratios(verdict: Any) -> list[dict[str, Any]]:
+    """Worst error/bound per thresholded gate, with the error model that produced it."""
+    rows = []
+    for gate in verdict.gates:
+        evidence = gate.evidence or {}
+        ratio = evidence.get("worst_error_over_bound")
+        model = evidence.get("error_model")
+        if gate.kind.value != "thresholded" or not isinstance(ratio, int | float) or not model:
+            continue
+        rows.append(
+            {
+                "gate": gate.id,
+                "status": gate.status.value,
+                "error_model": str(model),
+                "worst_error_over_bound": float(ratio),
+            }
+        )
+    return rows
+
+
+def run_entry(
+    entry: Entry, device: str = "cpu", timeout: float = 30.0, intended_only: bool = False
+) -> EntryResult:
+    """Verify one entry (in this process; the candidate runs in verify's sandbox worker).
+
+    ``intended_only`` runs only a defect's intended gates (RES-01 always runs): enough to
+    decide "rejected by an intended gate" at a fraction of the time, used by the CPU test;
+    controls always run every gate.
+    """
+    from kernelgate.errors import KernelgateError
+    from kernelgate.pipeline import verify
+
+    result = EntryResult(entry.name, entry.is_control, list(entry.intended_gates), "error")
+    if entry.device_only and device == "cpu":
+        result.verdict, result.detail = DEVICE_ONLY, entry.device_only
+        return result
+    started = time.monotonic()
+    try:
+        only = list(entry.intended_gates) if intended_only and not entry.is_control else None
+        verdict = verify(
+            entry.reference_path, entry.candidate_path, device=device, timeout=timeout, only=only
+        )
+    except KernelgateError as exc:
+        result.detail = str(exc)
+    else:
+        result.verdict = verdict.verdict.value
+        result.rejected_by = verdict.failed_gates
+        result.skipped = verdict.skipped
+        result.ratios = _ratios(verdict)
+    result.seconds = round(time.monotonic() - started, 2)
+    return result
+
+
+@dataclass
+class Calibration:
+    """Every entry's result plus the summaries ``calibrate`` prints."""
+
+    device: str
+    results: list[EntryResult]
+    seconds: float = 0.0
+
+    @property
+    def defects(self) -> list[EntryResult]:
+        return [r for r in self.results if not r.control]
+
+    @property
+    def controls(self) -> list[EntryResult]:
+        return [r for r in self.results if r.control]
+
+    @property
+    def ok(self) -> bool:
+        """Every run defect caught by an intended gate, no control rejected, no harness error."""
+        return all(r.outcome in (CAUGHT, DEVICE_ONLY) for r in self.defects) and all(
+            r.outcome == PASSED for r in self.controls
+        )
+
+    def confusion(self) -> dict[str, list[str]]:
+        rows: dict[str, list[str]] = {
+            CAUGHT: [],
+            OTHER_GATE: [],
+            PASSED: [],
+            DEVICE_ONLY: [],
+            ERROR: [],
+        }
+        for r in self.defects:
+            rows[r.outcome].append(r.name)
+        return rows
+
+    def gate_catches(self) -> dict[str, dict[str, int]]:
+        """Per gate: defects it rejected, of those the ones that intended it, controls it
+        (wrongly) rejected."""
+        counts: dict[str, dict[str, int]] = {}
+        for r in self.results:
+            for gate in r.rejected_by:
+                row = counts.setdefault(gate, {"defects": 0, "intended": 0, "controls": 0})
+                if r.control:
+                    row["controls"] += 1
+                else:
+                    row["defects"] += 1
+                    row["intended"] += gate in r.intended_gates
+        return dict(sorted(counts.items()))
+
+    def margins(self) -> dict[str, dict[str, Any]]:
+        """Per error model: the largest honest error/bound over the controls (any thresholded
+        gate) and the smallest error/bound with which a defect failed an intended thresholded
+        gate. ``separation`` = smallest defective / largest honest: how far the safety factor
+        could move either way before one side crosses the bound."""
+        models: dict[str, dict[str, Any]] = {}
+
+        def slot(model: str) -> dict[str, Any]:
+            return models.setdefault(
+                model,
+                {
+                    "largest_honest": 0.0,
+                    "largest_honest_at": None,
+                    "smallest_defective": math.inf,
+                    "smallest_defective_at": None,
+                },
+            )
+
+        for r in self.controls:
+            for row in r.ratios:
+                s = slot(row["error_model"])
+                if row["worst_error_over_bound"] >= s["largest_honest"]:
+                    s["largest_honest"] = row["worst_error_over_bound"]
+                    s["largest_honest_at"] = f"{r.name} {row['gate']}"
+        for r in self.defects:
+            for row in r.ratios:
+                # a structure failure (wrong dtype or shape) fails with no ratio to speak of
+                if (
+                    row["gate"] not in r.intended_gates
+                    or row["status"] != "fail"
+                    or row["worst_error_over_bound"] <= 1.0
+                ):
+                    continue
+                s = slot(row["error_model"])
+                if row["worst_error_over_bound"] < s["smallest_defective"]:
+                    s["smallest_defective"] = row["worst_error_over_bound"]
+                    s["smallest_defective_at"] = f"{r.name} {row['gate']}"
+        for s in models.values():
+            honest, bad = s["largest_honest"], s["smallest_defective"]
+            s["separation"] = bad / honest if honest > 0 and math.isfinite(bad) else None
+            if not math.isfinite(bad):
+                s["smallest_defective"] = None
+        return dict(sorted(models.items()))
+
+    def times(self) -> dict[str, Any]:
+        ran = [r for r in self.results if r.verdict not in (DEVICE_ONLY,)]
+        if not ran:
+            return {"median_s": None, "worst_s": None, "worst": None, "total_s": self.seconds}
+        worst = max(ran, key=lambda r: r.seconds)
+        return {
+            "median_s": round(statistics.median(r.seconds for r in ran), 2),
+            "worst_s": worst.seconds,
+            "worst": worst.name,
+            "total_s": self.seconds,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "kernelgate.calibration/1",
+            "device": self.device,
+            "ok": self.ok,
+            "defective": [r.to_dict() for r in self.defects],
+            "controls": [r.to_dict() for r in self.controls],
+            "confusion": self.confusion(),
+            "gate_catches": self.gate_catches(),
+            "margins": self.margins(),
+            "times": self.times(),
+        }
+
+
+def default_jobs(device: str) -> int:
+    """Verifications at once: the cores (at most 4) on CPU, 2 on a device (oracle memory)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 2 if device != "cpu" else max(1, min(4, cores or 1))
+
+
+def calibrate(
+    device: str = "cpu",
+    only: list[str] | None = None,
+    *,
+    jobs: int | None = None,
+    timeout: float = 30.0,
+    intended_only: bool = False,
+    on_result: Callable[[EntryResult], None] | None = None,
+) -> Calibration:
+    """Verify every selected entry (device-only ones are listed, not run, in CPU mode)."""
+    started = time.monotonic()
+    selected = entries(only)
+    jobs = jobs or default_jobs(device)
+    results: dict[str, EntryResult] = {}
+
+    def done(result: EntryResult) -> None:
+        results[result.name] = result
+        if on_result is not None:
+            on_result(result)
+
+    to_run = []
+    for entry in selected:
+        if entry.device_only and device == "cpu":
+            done(run_entry(entry, device))
+        else:
+            to_run.append(entry)
+    if jobs <= 1 or len(to_run) <= 1:
+        for entry in to_run:
+            done(run_entry(entry, device, timeout, intended_only))
+    else:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            futures = [
+                pool.submit(run_entry, entry, device, timeout, intended_only) for entry in to_run
+            ]
+            for future in as_completed(futures):
+                done(future.result())
+    ordered = [results[e.name] for e in selected]
+    return Calibration(device, ordered, round(time.monotonic() - started, 2))

@@ -1,0 +1,138 @@
+"""The red team and the positive controls (``kernelgate.redteam``) and ``kernelgate calibrate``.
+
+The CPU calibration test is the slow one of this file: every interpreter-expressible defect
+and every control goes through ``verify`` (defects through their intended gates only,
+controls through all twelve), two at a time.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kernelgate.cli import app
+from kernelgate.gates import GATE_IDS
+from kernelgate.redteam.catalog import CONTROLS, DEFECTS, entries
+from kernelgate.redteam.runner import (
+    CAUGHT,
+    DEVICE_ONLY,
+    OTHER_GATE,
+    PASSED,
+    Calibration,
+    EntryResult,
+    calibrate,
+)
+
+
+def _top_level_names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef):
+            names.add(node.name)
+    return names
+
+
+def test_catalog_is_complete_and_well_formed() -> None:
+    names = [e.name for e in entries()]
+    assert len(names) == len(set(names)), "entry names must be unique"
+    assert len(DEFECTS) >= 30 and len(CONTROLS) >= 15
+    for entry in DEFECTS:
+        assert entry.defect, entry.name
+        assert entry.intended_gates and set(entry.intended_gates) <= set(GATE_IDS), entry.name
+        assert entry.device_only is None or len(entry.device_only) > 20, entry.name
+    for entry in [*DEFECTS, *CONTROLS]:
+        assert {"Model", "get_inputs", "get_init_inputs"} <= _top_level_names(
+            entry.reference_path
+        ), entry.reference
+        assert "ModelNew" in _top_level_names(entry.candidate_path), entry.candidate
+    assert all(c.is_control and not c.defect for c in CONTROLS)
+    with pytest.raises(KeyError):
+        entries(["no_such_kernel"])
+
+
+def _result(name: str, gates: list[str], rejected: list[str], control: bool = False):
+    verdict = "rejected" if rejected else "verified"
+    ratios = [
+        {"gate": "CMP-01", "status": "fail" if "CMP-01" in rejected else "pass",
+         "error_model": "ensemble", "worst_error_over_bound": 7.0 if rejected else 0.25}
+    ]
+    return EntryResult(name, control, gates, verdict, rejected, ratios=ratios, seconds=1.0)
+
+
+def test_confusion_matrix_margins_and_exit_rule() -> None:
+    caught = _result("a", ["CMP-01"], ["CMP-01"])
+    elsewhere = _result("b", ["ORD-02"], ["MEM-01"])
+    missed = _result("c", ["ORD-02"], [])
+    device = EntryResult("d", False, ["PRC-01"], DEVICE_ONLY, detail="no TF32")
+    honest = _result("h", [], [], control=True)
+    cal = Calibration("cpu", [caught, elsewhere, missed, device, honest])
+    confusion = cal.confusion()
+    assert confusion[CAUGHT] == ["a"] and confusion[OTHER_GATE] == ["b"]
+    assert confusion[PASSED] == ["c"] and confusion[DEVICE_ONLY] == ["d"]
+    assert not cal.ok
+    assert cal.gate_catches()["MEM-01"] == {"defects": 1, "intended": 0, "controls": 0}
+    margin = cal.margins()["ensemble"]
+    assert margin["largest_honest"] == 0.25 and margin["smallest_defective"] == 7.0
+    assert margin["separation"] == pytest.approx(28.0)
+    assert Calibration("cpu", [caught, device, honest]).ok
+    rejected_control = _result("h2", [], ["CMP-01"], control=True)
+    assert not Calibration("cpu", [caught, rejected_control]).ok
+
+
+def test_calibrate_cli_lists_device_only_defects_without_running_them(tmp_path: Path) -> None:
+    out = tmp_path / "cal.json"
+    device_only = [e.name for e in DEFECTS if e.device_only]
+    args = ["calibrate", "--device", "cpu", "--json", str(out)]
+    for name in device_only:
+        args += ["--only", name]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert [d["name"] for d in data["defective"]] == device_only
+    for row in data["defective"]:
+        assert row["verdict"] == DEVICE_ONLY and row["rejected_by"] == []
+        assert row["detail"] and row["intended_gates"]
+    assert data["controls"] == []
+    assert "device-only" in result.output
+    bad = CliRunner().invoke(app, ["calibrate", "--only", "no_such_kernel"])
+    assert bad.exit_code == 2
+
+
+def test_cpu_calibration_every_defect_caught_by_an_intended_gate_no_control_rejected() -> None:
+    started = time.monotonic()
+    cal = calibrate("cpu", jobs=2, intended_only=True)
+    wall = time.monotonic() - started
+    print(f"\nCPU calibration: {len(cal.results)} entries in {wall:.0f} s")
+    for r in cal.defects:
+        if r.verdict == DEVICE_ONLY:
+            assert r.detail, f"{r.name}: device-only without a reason"
+            continue
+        assert r.outcome == CAUGHT, (
+            f"{r.name}: intended {r.intended_gates}, rejected by {r.rejected_by} "
+            f"(verdict {r.verdict}; {r.detail})"
+        )
+    device_only = {e.name for e in DEFECTS if e.device_only}
+    assert {r.name for r in cal.defects if r.verdict == DEVICE_ONLY} == device_only
+    rejected = {r.name: (r.verdict, r.rejected_by, r.detail) for r in cal.controls
+                if r.outcome != PASSED}
+    assert not rejected, rejected
+    assert len(cal.controls) == len(CONTROLS)
+
+
+@pytest.mark.gpu
+def test_gpu_device_only_defects_rejected_by_an_intended_gate() -> None:
+    """On the device: the defects the interpreter cannot express (TF32, atomics, races,
+    side streams, spills) are rejected by an intended gate, and the controls still pass."""
+    names = [e.name for e in DEFECTS if e.device_only] + ["matmul", "row_sum", "softmax"]
+    cal = calibrate("cuda", names, jobs=1)
+    summary = {r.name: (r.outcome, r.rejected_by) for r in cal.results}
+    for r in cal.defects:
+        assert r.outcome == CAUGHT, summary
+    for r in cal.controls:
+        assert r.outcome == PASSED, summary
