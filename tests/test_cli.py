@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelgate.gates import GATE_IDS
+
 from .conftest import DATA, ROOT, SOFTMAX
 
 REFERENCE = str(SOFTMAX / "reference.py")
@@ -36,14 +38,15 @@ def test_verified_exits_zero_and_writes_evidence(tmp_path: Path) -> None:
     evidence = json.loads(out.read_text())
     assert evidence["schema"] == "kernelgate.verdict/1"
     assert evidence["verdict"] == "verified"
-    assert {g["id"] for g in evidence["gates"]} == {
-        "CMP-01",
-        "EXC-01",
-        "ORD-02",
-        "MEM-01",
-        "RES-01",
-    }
-    assert all(g["status"] == "pass" for g in evidence["gates"])
+    assert [g["id"] for g in evidence["gates"]] == list(GATE_IDS)
+    statuses = {g["id"]: g["status"] for g in evidence["gates"]}
+    # In CPU mode nothing may fail; a gate that cannot run says so (never a silent pass).
+    assert set(statuses.values()) <= {"pass", "skipped"}
+    assert sorted(evidence["skipped"]) == sorted(
+        f"{g['id']}: {g['reason']}" for g in evidence["gates"] if g["status"] == "skipped"
+    )
+    assert statuses["CMP-01"] == statuses["EXC-01"] == statuses["MEM-01"] == "pass"
+    assert set(evidence["tolerance_free"]) | set(evidence["thresholded"]) == set(GATE_IDS)
     assert evidence["contract"]["schema"] == "kernelgate.contract/1"
     assert evidence["environment"]["triton_interpreter"] is True
     assert "EXC-01" in evidence["tolerance_free"] and "CMP-01" in evidence["thresholded"]
@@ -91,4 +94,5 @@ def test_contract_command_prints_symbolic_dims() -> None:
     assert result.returncode == 0
     contract = json.loads(result.stdout)
     assert contract["inputs"][0]["shape"] == ["batch_size", "dim"]
-    assert contract["provenance"]["source"] == "derived"
+    assert contract["provenance"]["source"] == "library"
+    assert "softmax" in contract["provenance"]["detail"]

@@ -6,10 +6,12 @@ stderr, no traceback; set KERNELGATE_DEBUG=1 to see one).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ParamSpec
 
 import typer
 from rich.console import Console
@@ -31,6 +33,7 @@ app = typer.Typer(
 console = Console(width=None if sys.stdout.isatty() else 140)
 errors = Console(stderr=True)
 
+P = ParamSpec("P")
 EXIT_CODES = {Outcome.VERIFIED: 0, Outcome.REJECTED: 1, Outcome.NARROWED: 3}
 STATUS_STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIPPED: "yellow"}
 VERDICT_STYLE = {
@@ -43,6 +46,23 @@ DeviceOption = Annotated[str, typer.Option("--device", help="cpu (Triton interpr
 TimeoutOption = Annotated[
     float, typer.Option("--timeout", min=1.0, help="seconds one candidate call may take")
 ]
+
+
+def command(name: str) -> Callable[[Callable[P, None]], Callable[P, None]]:
+    """``app.command(name)`` whose usage and harness errors exit 2 with one line, however
+    the app is invoked (``main``, ``python -m``, or typer's test runner)."""
+
+    def register(function: Callable[P, None]) -> Callable[P, None]:
+        @functools.wraps(function)
+        def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
+            try:
+                function(*args, **kwargs)
+            except KernelgateError as exc:
+                fail(str(exc))
+
+        return app.command(name)(guarded)
+
+    return register
 
 
 def fail(message: str) -> None:
@@ -71,7 +91,7 @@ def gate_table(verdict: Verdict) -> Table:
     return table
 
 
-@app.command("verify")
+@command("verify")
 def verify_command(
     reference: Annotated[
         Path, typer.Argument(help="KernelBench reference: Model, get_inputs, get_init_inputs")
@@ -89,6 +109,14 @@ def verify_command(
         typer.Option("--only", help=f"run only these gates ({', '.join(GATE_IDS)})"),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="base seed of every generated case")] = 0,
+    sanitize: Annotated[
+        bool,
+        typer.Option(
+            "--sanitize",
+            help="also run the candidate under compute-sanitizer memcheck, racecheck and "
+            "initcheck (device mode; RES-01)",
+        ),
+    ] = False,
 ) -> None:
     """Verify CANDIDATE against REFERENCE and print the gates and the verdict."""
     from kernelgate.contract.load import load_contract
@@ -121,6 +149,7 @@ def verify_command(
             seed=seed,
             only=only,
             on_gate=on_gate,
+            sanitize=sanitize,
         )
     console.print(gate_table(verdict))
     style = VERDICT_STYLE[verdict.verdict]
@@ -130,6 +159,12 @@ def verify_command(
         + (f" (failed: {failed})" if failed else "")
         + f"  in {verdict.seconds:.1f} s"
     )
+    if verdict.verified_domain is not None:
+        console.print(
+            "[yellow]verified sub-domain[/] (contract narrowed to what passed; full form in "
+            "--json verified_domain): " + "; ".join(verdict.verified_domain.get("changes", [])),
+            highlight=False,
+        )
     if verdict.skipped:
         console.print(
             f"[yellow]{len(verdict.skipped)} gate(s) skipped[/]: " + "; ".join(verdict.skipped),
@@ -142,18 +177,18 @@ def verify_command(
     raise typer.Exit(EXIT_CODES[verdict.verdict])
 
 
-@app.command("contract")
+@command("contract")
 def contract_command(
     reference: Annotated[Path, typer.Argument(help="KernelBench reference program")],
 ) -> None:
-    """Print the contract derived from REFERENCE (JSON)."""
-    from kernelgate.contract.derive import derive_contract
+    """Print the contract REFERENCE gets by default (library entry or derived), as JSON."""
+    from kernelgate.contract.derive import contract_for
     from kernelgate.formats.kernelbench import load_reference
 
-    print(derive_contract(load_reference(reference)).to_json())
+    print(contract_for(load_reference(reference)).to_json())
 
 
-@app.command("demo")
+@command("demo")
 def demo_command(
     folder: Annotated[Path, typer.Argument(help="example folder with expected.toml")] = Path(
         "examples/softmax"
@@ -204,7 +239,7 @@ def demo_command(
     raise typer.Exit(0 if all_met else 1)
 
 
-@app.command("audit")
+@command("audit")
 def audit_command(
     source: Annotated[
         Path, typer.Argument(help="corpus: CUDA-L1 .jsonl, KernelBench run folder, pairs folder")
@@ -247,6 +282,38 @@ def audit_command(
         ray_address=ray_address,
         resume=resume,
         limit=limit,
+        timeout=timeout,
+        console=console,
+        errors=errors,
+    )
+
+
+@command("calibrate")
+def calibrate_command(
+    device: DeviceOption = "cpu",
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the calibration here")
+    ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help="run only these red-team entries (defects or controls)"),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", min=1, help="verifications at once (default: cores, at most 4)"),
+    ] = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Run the red team and the positive controls: confusion matrix, catches per gate,
+    error-model margins, time per kernel (exit 0 when every defect run is rejected by an
+    intended gate and no control is rejected; see docs/redteam.md)."""
+    from kernelgate.redteam.command import calibrate_command_body
+
+    calibrate_command_body(
+        device=device,
+        json_out=json_out,
+        only=only,
+        jobs=jobs,
         timeout=timeout,
         console=console,
         errors=errors,

@@ -28,6 +28,17 @@ class Expectation:
         return self.gate is None or self.gate in verdict.failed_gates
 
 
+def intended_gates(gate: str | None) -> list[str] | None:
+    """The gates to run to see ``gate`` reject a defect (None: all of them).
+
+    RES-01 judges the incidents of other gates' calls, so it needs one gate that calls the
+    candidate beside it.
+    """
+    if gate is None:
+        return None
+    return ["CMP-01", "RES-01"] if gate == "RES-01" else [gate]
+
+
 def read_expectations(folder: Path) -> tuple[Path, list[Expectation]]:
     manifest = folder / "expected.toml"
     if not manifest.is_file():
