@@ -10,7 +10,7 @@ from kernelgate.contract.load import load_contract
 from kernelgate.domain import narrowable, narrowed_contract
 from kernelgate.gates.base import GateKind, GateResult, Status
 
-from .conftest import DATA
+from .conftest import DATA, SOFTMAX
 from .test_cli import kernelgate as cli
 
 
@@ -71,3 +71,16 @@ def test_refusal_outside_the_domain_narrows_to_the_fixed_dim() -> None:
     dims = {d["name"]: d for d in verdict.verified_domain["contract"]["dims"]}
     assert dims["in_features"]["varies"] is False and dims["in_features"]["min"] == 24
     assert dims["batch"]["varies"] is True
+
+
+def test_float32_only_kernel_is_narrowed_to_float32() -> None:
+    """The softmax library contract admits fp16 and bf16; a kernel that refuses them is
+    verified on the float32 part of the domain, not rejected."""
+    verdict = kernelgate.verify(
+        SOFTMAX / "reference.py", DATA / "prc_softmax_fp32_only.py", only=["PRC-01"]
+    )
+    assert verdict.verdict.value == "narrowed", [(g.id, g.reason) for g in verdict.gates]
+    domain = verdict.verified_domain
+    assert domain["contract"]["inputs"][0]["dtypes"] == ["float32"]
+    assert any("dtypes without" in change for change in domain["changes"])
+    assert verdict.gate("PRC-01").evidence["sub_domain"]["dtypes"]["arg0"] == ["float32"]

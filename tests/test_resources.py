@@ -55,6 +55,9 @@ def test_parse_sanitizer_summary() -> None:
     assert parse_summary("========= ERROR SUMMARY: 0 errors\n") == 0
     assert parse_summary("=== Invalid __global__ read\n========= ERROR SUMMARY: 3 errors") == 3
     assert parse_summary("worker crashed before the summary") is None
+    racecheck = "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n"
+    assert parse_summary(racecheck) == 1
+    assert parse_summary("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)") == 0
 
 
 def test_triton_kernel_is_compiled_offline_and_within_budget() -> None:

@@ -1,10 +1,11 @@
 """The verified sub-domain: when a candidate is right on part of its contract's domain.
 
-Two gates probe *domain dimensions* rather than behaviour at the reference point: CMP-02
-(layouts) and CMP-03 (shapes). When only they fail, and each can state a part of the domain
-on which nothing failed, the verdict is ``narrowed``: the contract with its layouts or dims
-reduced to what passed, in contract form, so a dispatcher can call the kernel only there.
-Every other gate runs at the reference shape on contiguous inputs, a point every sub-domain
+Three gates probe *domain dimensions* rather than behaviour at the reference point: CMP-02
+(layouts), CMP-03 (shapes) and PRC-01 (dtypes other than the reference's own). When only
+they fail, and each can state a part of the domain on which nothing failed, the verdict is
+``narrowed``: the contract with its layouts, dims or dtypes reduced to what passed, in
+contract form, so a dispatcher can call the kernel only there. Every other gate runs at the
+reference shape on contiguous inputs of the reference's dtype, a point every sub-domain
 keeps, so "the rest of the contract holds on the sub-domain" is what those gates showed.
 
 Any other failure (values at the reference point, NaN handling, memory, determinism) rejects.
@@ -24,7 +25,7 @@ if TYPE_CHECKING:  # the gates import this module: keep the gates package out of
     from kernelgate.gates.base import Counterexample, GateContext, GateResult, Run
 
 FAIL = "fail"  # Status.FAIL's value (Status is a StrEnum)
-DOMAIN_GATES = ("CMP-02", "CMP-03")  # failures these gates can narrow instead of reject
+DOMAIN_GATES = ("CMP-02", "CMP-03", "PRC-01")  # failures these gates can narrow, not reject
 SUB_DOMAIN = "sub_domain"  # evidence key where a failing domain gate states what passed
 
 
@@ -104,6 +105,13 @@ def narrowed_contract(contract: Contract, gates: list[GateResult]) -> tuple[Cont
                     if dropped:
                         changes.append(f"{gate.id}: input {name} layouts without {dropped}")
                     spec.layouts = kept
+        for name, dtypes in (sub.get("dtypes") or {}).items():
+            for spec in narrowed.inputs:
+                if isinstance(spec, TensorSpec) and spec.name == name:
+                    dropped = [d for d in spec.dtypes if d not in dtypes]
+                    if dropped:
+                        changes.append(f"{gate.id}: input {name} dtypes without {dropped}")
+                    spec.dtypes = [d for d in spec.dtypes if d in dtypes]
         for name, fields in (sub.get("dims") or {}).items():
             for index, dim in enumerate(narrowed.dims):
                 if dim.name == name:

@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 import torch
 
 from kernelgate.contract.spec import TensorSpec
-from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult
+from kernelgate.domain import SUB_DOMAIN, refusal_counterexample, run_or_refusal
+from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult, Status
 from kernelgate.gates.ord01_order import judge_run
 from kernelgate.inputs.distributions import draw
 
@@ -51,6 +52,7 @@ class PrecisionGate(Gate):
         own = dtypes[0]
         per_dtype: dict[str, Any] = {}
         not_run: dict[str, str] = {}
+        failures: dict[str, GateResult] = {}
         worst, params = 0.0, {}
         for index, dtype in enumerate(dtypes):
             name = str(dtype).removeprefix("torch.")
@@ -66,18 +68,33 @@ class PrecisionGate(Gate):
                 else v
                 for i, v in enumerate(case.values)
             ]
-            run = ctx.run(self.id, case)
-            ratio, case_params, failure = judge_run(self, ctx, case, run)
-            per_dtype[name] = {
-                "worst_error_over_bound": ratio,
-                "error_model": case_params.get("error_model"),
-                "bound": case_params.get("bound"),
-                "n": case_params.get("n"),
-            }
-            worst, params = max(worst, ratio), case_params or params
-            if failure is not None:
+            outcome = run_or_refusal(ctx, self.id, case, f"dtype={name}")
+            if isinstance(outcome, dict):  # a clean exception: the dtype is refused
+                per_dtype[name] = {"refused": outcome["detail"]}
+                failure = self.result(
+                    Status.FAIL,
+                    f"the candidate raised on {case.label}",
+                    counterexample=refusal_counterexample(
+                        ctx, self.id, case, outcome, case.describe()
+                    ),
+                )
+            else:
+                ratio, case_params, failure = judge_run(self, ctx, case, outcome)
+                per_dtype[name] = {
+                    "worst_error_over_bound": ratio,
+                    "error_model": case_params.get("error_model"),
+                    "bound": case_params.get("bound"),
+                    "n": case_params.get("n"),
+                }
+                worst, params = max(worst, ratio), case_params or params
+            if failure is None:
+                continue
+            if dtype == own:  # the reference's own dtype: no sub-domain keeps the kernel
                 failure.evidence = self._evidence(per_dtype, not_run, worst, params)
                 return failure
+            failures[name] = failure
+        if failures:
+            return self._narrowing_failure(ctx, failures, per_dtype, not_run, worst, params)
         if not per_dtype:
             return self.skipped("no declared dtype can be run: " + "; ".join(not_run.values()))
         extra = (
@@ -103,6 +120,32 @@ class PrecisionGate(Gate):
         if on_cpu and dtype == torch.bfloat16 and tags in ("matmul", "linear", "conv"):
             return "bf16 tl.dot is wrong under the Triton interpreter (CPU mode)"
         return None
+
+    def _narrowing_failure(
+        self,
+        ctx: GateContext,
+        failures: dict[str, GateResult],
+        per_dtype: dict[str, Any],
+        not_run: dict[str, str],
+        worst: float,
+        params: dict[str, Any],
+    ) -> GateResult:
+        """Failed only at dtypes other than the reference's: state the dtypes that passed."""
+        first = next(iter(failures.values()))
+        passing = [name for name in per_dtype if name not in failures]
+        first.reason = (
+            f"wrong at {', '.join(failures)}: {first.reason} "
+            f"(passing sub-domain: dtypes {', '.join(passing)})"
+        )
+        first.evidence = self._evidence(per_dtype, not_run, worst, params)
+        first.evidence[SUB_DOMAIN] = {
+            "dtypes": {
+                spec.name: [d for d in spec.dtypes if d in passing]
+                for spec in ctx.contract.inputs
+                if isinstance(spec, TensorSpec) and spec.integer_values is None
+            }
+        }
+        return first
 
     @staticmethod
     def _evidence(

@@ -28,6 +28,8 @@ from kernelgate.serde import Serializable
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
+# racecheck reports hazards instead: "RACECHECK SUMMARY: 0 hazards displayed (0 errors, ...)".
+_RACECHECK_SUMMARY = re.compile(r"RACECHECK SUMMARY:.*?\((\d+)\s+errors?")
 SLOWDOWN = 20.0  # sanitized calls are this much slower at most, for timeouts
 
 
@@ -66,8 +68,9 @@ def find_compute_sanitizer() -> str | None:
 
 
 def parse_summary(log: str) -> int | None:
-    """Total errors from the sanitizer's ``ERROR SUMMARY`` line(s); None when there is none."""
-    counts = [int(n) for n in _SUMMARY.findall(log)]
+    """Total errors from the sanitizer's summary lines (``ERROR SUMMARY``, or racecheck's
+    ``RACECHECK SUMMARY``); None when there is none."""
+    counts = [int(n) for n in _SUMMARY.findall(log) + _RACECHECK_SUMMARY.findall(log)]
     return sum(counts) if counts else None
 
 
