@@ -19,6 +19,7 @@ class ValuesGate(Gate):
         first_failure: GateResult | None = None
         worst = 0.0
         model_params: dict[str, Any] = {}
+        model = ctx.contract.postcondition.error_model.name
         for index, distribution in enumerate(DISTRIBUTIONS):
             case = ctx.drawn_case(
                 f"distribution={distribution}", ctx.case_seed(self.id, index), distribution
@@ -40,7 +41,7 @@ class ValuesGate(Gate):
                 if not hasattr(want, "shape"):
                     continue
                 assessment = ctx.assess(case, k, got)
-                model_params = assessment.params
+                model, model_params = assessment.model, assessment.params
                 ratios.append(assessment.worst_ratio)
                 if not assessment.passed and first_failure is None:
                     first_failure = self.failed(
@@ -54,7 +55,7 @@ class ValuesGate(Gate):
             worst = max(worst, worst_here)
             per_distribution[distribution] = {"worst_error_over_bound": worst_here}
         evidence = {
-            "error_model": "ensemble",
+            "error_model": model,
             "model_params_last_case": model_params,
             "worst_error_over_bound": worst,
             "per_distribution": per_distribution,
@@ -63,7 +64,7 @@ class ValuesGate(Gate):
             first_failure.evidence = evidence
             return first_failure
         return self.passed(
-            f"{len(DISTRIBUTIONS)} distributions within the ensemble bound "
+            f"{len(DISTRIBUTIONS)} distributions within the {model} bound "
             f"(worst error/bound {worst:.3g})",
             evidence,
         )
