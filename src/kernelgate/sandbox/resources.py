@@ -421,17 +421,30 @@ def _compile_records(candidate: str, records: list[dict[str, Any]]) -> list[dict
 
 
 def _find_jit(module: Any, name: str, file: str) -> Any:
+    """The launched ``@triton.jit`` function: in the candidate, or in a module it imported
+    (kernels often live in a library the candidate calls, like ``kernelgate.kernels.gdn``)."""
     from triton.runtime.jit import JITFunction
 
-    for value in vars(module).values():
-        seen = 0
-        while value is not None and not isinstance(value, JITFunction) and seen < 8:
-            value, seen = getattr(value, "fn", None), seen + 1
-        if isinstance(value, JITFunction) and value.fn.__name__ == name:
-            source = inspect.getsourcefile(value.fn) or ""
-            if not file or os.path.realpath(source) == os.path.realpath(file):
-                return value
-    raise LookupError(f"kernel {name} is not a module-level @triton.jit of the candidate")
+    same_file = [
+        m
+        for m in list(sys.modules.values())
+        if file
+        and isinstance(getattr(m, "__file__", None), str)
+        and os.path.realpath(m.__file__) == os.path.realpath(file)
+    ]
+    for owner in [module, *same_file]:
+        for value in vars(owner).values():
+            seen = 0
+            while value is not None and not isinstance(value, JITFunction) and seen < 8:
+                value, seen = getattr(value, "fn", None), seen + 1
+            if isinstance(value, JITFunction) and value.fn.__name__ == name:
+                source = inspect.getsourcefile(value.fn) or ""
+                if not file or os.path.realpath(source) == os.path.realpath(file):
+                    return value
+    raise LookupError(
+        f"kernel {name} is not a module-level @triton.jit of the candidate or of a module "
+        "it imports"
+    )
 
 
 def _compile_one(module: Any, record: dict[str, Any], tmp: Path) -> dict[str, Any]:
