@@ -15,12 +15,12 @@ from typing import Annotated, ParamSpec
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kernelgate.errors import KernelgateError
 from kernelgate.gates import GATE_IDS
 from kernelgate.gates.base import GateResult, Status
+from kernelgate.progress import work_progress
 from kernelgate.verdict import Outcome, Verdict
 
 app = typer.Typer(
@@ -123,15 +123,7 @@ def verify_command(
     from kernelgate.pipeline import verify
 
     contract = load_contract(contract_file) if contract_file else None
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} gates"),
-        TimeElapsedColumn(),
-        console=errors,
-        transient=True,
-    ) as progress:
+    with work_progress(errors, "gates") as progress:
         task = progress.add_task("loading reference and candidate", total=len(GATE_IDS))
 
         def on_gate(gate_id: str, result: GateResult | None) -> None:
@@ -205,15 +197,7 @@ def demo_command(
     for column in ("candidate", "expected", "verdict", "failed gates", "seconds", "as expected"):
         table.add_column(column)
     all_met = True
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=errors,
-        transient=True,
-    ) as progress:
+    with work_progress(errors, "candidates") as progress:
         task = progress.add_task("verifying", total=len(expectations))
         for expectation in expectations:
             progress.update(task, description=f"verifying {expectation.file.name}")

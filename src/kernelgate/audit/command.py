@@ -6,28 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    SpinnerColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.text import Text
 
 from kernelgate.audit.runner import AuditPlan, run_audit
-
-
-class RateColumn(ProgressColumn):
-    """Records per minute, as measured over the records judged in this session."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.speed
-        return Text("-- rec/min" if not speed else f"{60 * speed:.1f} rec/min", style="cyan")
+from kernelgate.progress import work_progress
 
 
 def audit_command_body(
@@ -47,18 +28,7 @@ def audit_command_body(
     errors: Console,
 ) -> None:
     """Run the audit with a progress bar (rate and ETA) and print where the report is."""
-    progress = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        RateColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        TimeElapsedColumn(),
-        console=errors,
-        transient=True,
-    )
+    progress = work_progress(errors, "records", rate=True)
     state: dict[str, Any] = {}
 
     def on_plan(plan: AuditPlan) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kernelgate.progress import work_progress
 from kernelgate.redteam.catalog import entries
 from kernelgate.redteam.runner import (
     CAUGHT,
@@ -157,15 +157,7 @@ def calibrate_command_body(
         selected = entries(only)
     except KeyError as exc:
         raise KernelgateError(str(exc.args[0])) from None
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} kernels"),
-        TimeElapsedColumn(),
-        console=errors,
-        transient=True,
-    ) as progress:
+    with work_progress(errors, "kernels") as progress:
         task = progress.add_task("calibrating", total=len(selected))
 
         def on_result(result: EntryResult) -> None:
