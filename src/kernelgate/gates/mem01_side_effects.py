@@ -8,7 +8,7 @@ import torch
 
 from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult, Run
 from kernelgate.inputs.placement import POISONS, PlacedTensor, guard_damage, view_bytes_changed
-from kernelgate.oracle.compare import bitwise_mismatches, scalar
+from kernelgate.oracle.compare import first_output_difference
 from kernelgate.sandbox.wire import WireTensor
 
 
@@ -31,28 +31,17 @@ class SideEffectsGate(Gate):
             if findings:
                 return self.failed(ctx, findings[0]["problem"], run, findings)
         first, second = runs
-        for k, (a, b) in enumerate(zip(first.outputs, second.outputs)):
-            if not isinstance(a, torch.Tensor):
-                continue
-            positions = bitwise_mismatches(a, b)
-            if positions:
-                findings = [
-                    {
-                        "output": k,
-                        "output_position": list(p),
-                        f"with_poison_{POISONS[0]:#x}": scalar(a[p]),
-                        f"with_poison_{POISONS[1]:#x}": scalar(b[p]),
-                    }
-                    for p in positions
-                    if p
-                ]
-                return self.failed(
-                    ctx,
-                    f"output {k} changes with the poison in unwritten memory or guard bands "
-                    "(an unwritten output or an out-of-bounds read)",
-                    second,
-                    findings or [{"output": k, "problem": "shape or dtype changed"}],
-                )
+        labels = (f"with_poison_{POISONS[0]:#x}", f"with_poison_{POISONS[1]:#x}")
+        difference = first_output_difference(first.outputs, second.outputs, labels)
+        if difference is not None:
+            k, findings = difference
+            return self.failed(
+                ctx,
+                f"output {k} changes with the poison in unwritten memory or guard bands "
+                "(an unwritten output or an out-of-bounds read)",
+                second,
+                findings,
+            )
         return self.passed(
             "inputs unchanged, guard bands intact, outputs identical under two poisons, "
             "no aliasing",

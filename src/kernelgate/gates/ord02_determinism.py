@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 
 from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult, Run
-from kernelgate.oracle.compare import bitwise_mismatches, scalar
+from kernelgate.oracle.compare import bitwise_mismatches, first_output_difference
 
 # Which case each call runs, how many bytes the worker holds first (to move addresses), and
 # whether the inputs go into the previous call's storages (the same addresses, new data: a
@@ -37,28 +37,17 @@ class DeterminismGate(Gate):
             if name not in first:
                 first[name] = run
                 continue
-            for k, (a, b) in enumerate(zip(first[name].outputs, run.outputs)):
-                if not isinstance(a, torch.Tensor):
-                    continue
-                positions = bitwise_mismatches(a, b)
-                if positions:
-                    findings = [
-                        {
-                            "output": k,
-                            "output_position": list(p),
-                            "first_call": scalar(a[p]),
-                            f"call_{call}": scalar(b[p]),
-                        }
-                        for p in positions
-                        if p
-                    ]
-                    return self.failed(
-                        ctx,
-                        f"output {k} differs bitwise between two calls on {cases[name].label}",
-                        run,
-                        findings or [{"output": k, "problem": "shape or dtype changed"}],
-                        {"sequence": [n for n, _, _ in SEQUENCE]},
-                    )
+            labels = ("first_call", f"call_{call}")
+            difference = first_output_difference(first[name].outputs, run.outputs, labels)
+            if difference is not None:
+                k, findings = difference
+                return self.failed(
+                    ctx,
+                    f"output {k} differs bitwise between two calls on {cases[name].label}",
+                    run,
+                    findings,
+                    {"sequence": [n for n, _, _ in SEQUENCE]},
+                )
         stale = self._stale(ctx, cases["A"], cases["B"], first["A"], first["B"])
         if stale is not None:
             return stale

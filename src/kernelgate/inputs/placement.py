@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from kernelgate.oracle.compare import bitwise_mismatches
-from kernelgate.sandbox.wire import WireTensor, dtype_name
+from kernelgate.sandbox.wire import WireTensor, dtype_name, view_extent
 
 GUARD_BYTES = 16 * 1024
 POISONS = (0xFF, 0x5A)  # all-ones bytes are NaN in every float dtype; 0x5A... is finite
@@ -66,9 +66,7 @@ class PlacedTensor:
 
     @property
     def extent(self) -> int:
-        if any(s == 0 for s in self.shape):
-            return 0
-        return 1 + sum((size - 1) * step for size, step in zip(self.shape, self.stride))
+        return view_extent(self.shape, self.stride)
 
     def as_wire(self) -> WireTensor:
         return WireTensor(self.storage, self.shape, self.stride, self.offset)

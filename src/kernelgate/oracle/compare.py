@@ -7,6 +7,7 @@ monkeypatches ``torch.equal`` or ``Tensor.__eq__`` in its own process changes no
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 import torch
 
@@ -48,6 +49,32 @@ def bitwise_mismatches(a: torch.Tensor, b: torch.Tensor) -> list[tuple[int, ...]
         return []
     differs = (element_bytes(a) != element_bytes(b)).any(dim=1)
     return unravel(torch.nonzero(differs).flatten()[:MAX_POSITIONS], a.shape)
+
+
+def first_output_difference(
+    first: list[Any], second: list[Any], labels: tuple[str, str]
+) -> tuple[int, list[dict[str, Any]]] | None:
+    """The first tensor output whose bytes differ between two runs, with its findings.
+
+    ``labels`` name the two runs in each finding (e.g. the two poisons, or two calls).
+    """
+    for k, (a, b) in enumerate(zip(first, second)):
+        if not isinstance(a, torch.Tensor):
+            continue
+        positions = bitwise_mismatches(a, b)
+        if positions:
+            findings = [
+                {
+                    "output": k,
+                    "output_position": list(p),
+                    labels[0]: scalar(a[p]),
+                    labels[1]: scalar(b[p]),
+                }
+                for p in positions
+                if p
+            ]
+            return k, findings or [{"output": k, "problem": "shape or dtype changed"}]
+    return None
 
 
 def unravel(

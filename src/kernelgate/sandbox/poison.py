@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from kernelgate.sandbox.wire import view_extent
+
 _ORIGINAL: dict[str, Callable[..., torch.Tensor]] = {
     "empty": torch.empty,
     "empty_like": torch.empty_like,
@@ -85,7 +87,7 @@ class PoisonAllocator:
         itemsize = template.element_size()
         guard = -(-self._guard_bytes // itemsize)
         shape, stride = tuple(template.shape), tuple(template.stride())
-        extent = 0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+        extent = view_extent(shape, stride)
         base = _ORIGINAL["empty"](2 * guard + extent, dtype=template.dtype, device=device)
         _fill(base, self._byte)
         self.allocations.append(GuardedAllocation(base, guard, extent))

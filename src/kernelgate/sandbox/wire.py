@@ -126,9 +126,14 @@ class WireTensor:
     @property
     def extent(self) -> int:
         """Number of storage elements the view spans, from ``offset``."""
-        if any(s == 0 for s in self.shape):
-            return 0
-        return 1 + sum((size - 1) * abs(step) for size, step in zip(self.shape, self.stride))
+        return view_extent(self.shape, self.stride)
+
+
+def view_extent(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
+    """Storage elements a (shape, stride) view spans from its offset; 0 for an empty view."""
+    if any(size == 0 for size in shape):
+        return 0
+    return 1 + sum((size - 1) * abs(step) for size, step in zip(shape, stride))
 
 
 def storage_bytes(tensor: torch.Tensor) -> bytes:
