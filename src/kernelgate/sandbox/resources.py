@@ -447,6 +447,36 @@ def _find_jit(module: Any, name: str, file: str) -> Any:
     )
 
 
+_SPILL_STORES = re.compile(r"(\d+)\s+bytes spill stores")
+
+
+def _ptxas_spill_stores(ptx: str, path: Path) -> int | None:
+    """Bytes of spill stores ``ptxas -v`` reports for ``ptx`` on the target (None: unknown)."""
+    if not ptx:
+        return None
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        try:
+            ptxas = get_ptxas(TARGET_ARCH).path
+        except TypeError:  # older Triton: no arch argument
+            ptxas = get_ptxas().path
+        path.write_text(ptx)
+        target = re.search(r"^\.target\s+(sm_\w+)", ptx, re.MULTILINE)  # sm_90a for wgmma
+        gpu = target.group(1) if target else f"sm_{TARGET_ARCH}"
+        done = subprocess.run(
+            [ptxas, "-v", f"--gpu-name={gpu}", str(path), "-o", str(path) + ".o"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    except Exception:
+        return None
+    found = [int(n) for n in _SPILL_STORES.findall(done.stdout + done.stderr)]
+    return sum(found) if done.returncode == 0 and found else None
+
+
 def _compile_one(module: Any, record: dict[str, Any], tmp: Path) -> dict[str, Any]:
     import triton
     from triton.backends.compiler import BaseBackend, GPUTarget
@@ -467,15 +497,19 @@ def _compile_one(module: Any, record: dict[str, Any], tmp: Path) -> dict[str, An
     if not kernels:
         return {"name": record["name"], "error": why}
     usage = kernels[0]
+    spills = _ptxas_spill_stores(compiled.asm.get("ptx", ""), tmp / f"{record['name']}.ptx")
+    local_bytes = usage["stack_bytes"] + usage["local_bytes"]
     return {
         "backend": "triton",
         "source": f"offline compile for sm_{TARGET_ARCH} (triton {triton.__version__}, "
         "ptxas + cuobjdump, no device)",
         "name": record["name"],
         "registers": usage["registers"],
-        # ptxas puts spills in the stack frame: local memory = STACK + LOCAL, as the driver's
-        # CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES (Triton's n_spills * 4) counts it on the device
-        "spill_bytes": usage["stack_bytes"] + usage["local_bytes"],
+        # Spills are what ptxas reports as spill stores. The stack frame (cuobjdump's STACK)
+        # also holds non-spill locals, so it is recorded beside, not counted as spills; only
+        # when ptxas cannot be asked is the whole local memory taken, erring towards failure.
+        "spill_bytes": local_bytes if spills is None else spills,
+        "local_memory_bytes": local_bytes,
         "shared_bytes": int(compiled.metadata.shared),
         "static_shared_bytes": usage["static_shared_bytes"],
         "num_warps": int(compiled.metadata.num_warps),
