@@ -1,7 +1,8 @@
-"""DEFECT: one warp holds a 16384-wide tile live across a reduction: 512 floats per thread,
-far past 255 registers, so the compiled kernel spills to local memory. The values are
-right. Must be rejected by RES-02 (device only: spills are a property of the compiled GPU
-kernel).
+"""DEFECT: a launch "tuned for occupancy" with ``maxnreg=32`` while one warp holds a
+2048-wide tile live across a reduction (64 floats per thread plus temporaries): the
+compiled kernel runs out of registers and spills to local memory. The values are right.
+Must be rejected by RES-02 (in CPU mode through the offline sm_90 compile; on the device
+from the launched kernel).
 """
 
 import torch
@@ -9,10 +10,12 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
+TILE = 2048
+
 
 @triton.jit
 def _relu_wide(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     top = tl.max(tl.where(mask, x, -float("inf")), axis=0)  # keeps the whole tile live
@@ -25,7 +28,5 @@ class ModelNew(nn.Module):
         x = x.contiguous()
         out = torch.empty_like(x)
         n = x.numel()
-        for start in range(0, n, 16384):
-            chunk = min(16384, n - start)
-            _relu_wide[(1,)](x[start:], out[start:], chunk, BLOCK=16384, num_warps=1)
+        _relu_wide[(triton.cdiv(n, TILE),)](x, out, n, BLOCK=TILE, num_warps=1, maxnreg=32)
         return out
