@@ -84,3 +84,16 @@ def test_float32_only_kernel_is_narrowed_to_float32() -> None:
     assert domain["contract"]["inputs"][0]["dtypes"] == ["float32"]
     assert any("dtypes without" in change for change in domain["changes"])
     assert verdict.gate("PRC-01").evidence["sub_domain"]["dtypes"]["arg0"] == ["float32"]
+
+
+def test_replay_names_the_contract_file_it_was_judged_by(tmp_path: Path) -> None:
+    """A counterexample under a hand-written contract replays under the same contract."""
+    contract = DATA / "cmp_ew_strided.toml"
+    verdict = kernelgate.verify(
+        DATA / "cmp_ew_reference.py",
+        DATA / "cmp_contiguous_only.py",
+        contract=contract,
+        only=["CMP-02"],
+    )
+    replay = verdict.gate("CMP-02").counterexample.replay
+    assert f"--contract {contract}" in replay

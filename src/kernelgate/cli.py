@@ -119,10 +119,8 @@ def verify_command(
     ] = False,
 ) -> None:
     """Verify CANDIDATE against REFERENCE and print the gates and the verdict."""
-    from kernelgate.contract.load import load_contract
     from kernelgate.pipeline import verify
 
-    contract = load_contract(contract_file) if contract_file else None
     with work_progress(errors, "gates") as progress:
         task = progress.add_task("loading reference and candidate", total=len(GATE_IDS))
 
@@ -135,7 +133,7 @@ def verify_command(
         verdict = verify(
             reference,
             candidate,
-            contract=contract,
+            contract=contract_file,  # verify() loads it and names it in replays
             device=device,
             timeout=timeout,
             seed=seed,

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from kernelgate.contract.derive import contract_for
+from kernelgate.contract.load import load_contract
 from kernelgate.contract.spec import Contract
 from kernelgate.domain import verified_domain as narrowed_domain
 from kernelgate.errors import KernelgateError
@@ -44,7 +45,7 @@ def resolve_device(device: str) -> str:
 def verify(
     reference: str | Path,
     candidate: str | Path,
-    contract: Contract | None = None,
+    contract: Contract | str | Path | None = None,
     device: str = "cpu",
     *,
     timeout: float = DEFAULT_TIMEOUT,
@@ -75,9 +76,12 @@ def verify(
             f"candidate {candidate} is a CUDA C++ extension and needs a GPU: "
             "run it with --device cuda on a machine with one"
         )
+    replay = ["kernelgate", "verify", str(reference), str(candidate), "--device", device]
+    if isinstance(contract, str | Path):  # a contract file: replays must judge by it too
+        replay += ["--contract", str(contract)]
+        contract = load_contract(contract)
     contract = contract or contract_for(program)  # library entry if it matches, else derived
     oracle = Oracle(program, torch.device(device))
-    replay = ["kernelgate", "verify", str(reference), str(candidate), "--device", device]
     if sanitize:
         replay.append("--sanitize")
     session = WorkerSession(Path(candidate), oracle.init_inputs, device=device, timeout=timeout)
