@@ -106,3 +106,15 @@ def test_malformed_contracts_say_what_is_wrong(tmp_path: Path) -> None:
         load_contract(bad)
     with pytest.raises(ContractError, match="not found"):
         load_contract(tmp_path / "missing.toml")
+
+
+def test_value_ranges_fold_finite_values_and_keep_specials() -> None:
+    import torch
+
+    from kernelgate.inputs.distributions import fold_into_range
+
+    x = torch.tensor([-3.5, -0.25, 0.5, 2.75, float("nan"), float("inf"), float("-inf")])
+    folded = fold_into_range(x, 0.0, 1.0)
+    assert folded[:4].tolist() == [0.5, 0.25, 0.5, 0.75]
+    assert torch.isnan(folded[4]) and folded[5] == float("inf") and folded[6] == float("-inf")
+    assert fold_into_range(x, None, 0.0)[:4].tolist() == [-3.5, -0.25, -0.5, -2.75]

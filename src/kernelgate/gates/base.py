@@ -167,9 +167,12 @@ class GateContext:
         return self.oracle.program.inputs(seed=42)
 
     def drawn_case(self, label: str, seed: int, distribution: str = "normal") -> Case:
-        """Floating inputs drawn from ``distribution``; other inputs as the reference makes them."""
+        """Floating inputs drawn from ``distribution``; other inputs as the reference makes them.
+
+        Value ranges are applied later, once, by ``admit`` (every case passes through it).
+        """
         values = [
-            self.conform(i, draw(distribution, seed + i, tuple(v.shape), v.dtype))
+            draw(distribution, seed + i, tuple(v.shape), v.dtype)
             if isinstance(v, torch.Tensor) and v.is_floating_point()
             else (v.clone() if isinstance(v, torch.Tensor) else v)
             for i, v in enumerate(self.template)

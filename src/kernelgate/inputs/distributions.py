@@ -85,12 +85,12 @@ def draw(name: str, seed: int, shape: tuple[int, ...], dtype: torch.dtype) -> to
 
 
 def fold_into_range(values: torch.Tensor, lo: float | None, hi: float | None) -> torch.Tensor:
-    """Map values into ``[lo, hi]`` by reflection, keeping their spread and their zeros.
+    """Map finite values into ``[lo, hi]`` by reflection, keeping their spread and zeros.
 
     Reflection (rather than clamping) keeps every distribution's character inside the range:
     heavy tails stay heavy, integers stay integers, and no mass piles up on a bound.
     """
-    x = values.to(torch.float64)
+    original = x = values.to(torch.float64)
     if lo is not None and hi is not None:
         width = hi - lo
         phase = torch.remainder(x - lo, 2 * width)
@@ -99,4 +99,6 @@ def fold_into_range(values: torch.Tensor, lo: float | None, hi: float | None) ->
         x = lo + (x - lo).abs()
     elif hi is not None:
         x = hi - (hi - x).abs()
-    return x.to(values.dtype)
+    # Injected NaN and Inf (EXC-01) are the point of their case: folding would turn Inf
+    # into NaN, so non-finite values pass through unchanged.
+    return torch.where(torch.isfinite(original), x, original).to(values.dtype)
