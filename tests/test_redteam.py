@@ -59,8 +59,12 @@ def test_catalog_is_complete_and_well_formed() -> None:
 def _result(name: str, gates: list[str], rejected: list[str], control: bool = False):
     verdict = "rejected" if rejected else "verified"
     ratios = [
-        {"gate": "CMP-01", "status": "fail" if "CMP-01" in rejected else "pass",
-         "error_model": "ensemble", "worst_error_over_bound": 7.0 if rejected else 0.25}
+        {
+            "gate": "CMP-01",
+            "status": "fail" if "CMP-01" in rejected else "pass",
+            "error_model": "ensemble",
+            "worst_error_over_bound": 7.0 if rejected else 0.25,
+        }
     ]
     return EntryResult(name, control, gates, verdict, rejected, ratios=ratios, seconds=1.0)
 
@@ -119,8 +123,9 @@ def test_cpu_calibration_every_defect_caught_by_an_intended_gate_no_control_reje
         )
     device_only = {e.name for e in DEFECTS if e.device_only}
     assert {r.name for r in cal.defects if r.verdict == DEVICE_ONLY} == device_only
-    rejected = {r.name: (r.verdict, r.rejected_by, r.detail) for r in cal.controls
-                if r.outcome != PASSED}
+    rejected = {
+        r.name: (r.verdict, r.rejected_by, r.detail) for r in cal.controls if r.outcome != PASSED
+    }
     assert not rejected, rejected
     assert len(cal.controls) == len(CONTROLS)
 
@@ -129,7 +134,12 @@ def test_cpu_calibration_every_defect_caught_by_an_intended_gate_no_control_reje
 def test_gpu_device_only_defects_rejected_by_an_intended_gate() -> None:
     """On the device: the defects the interpreter cannot express (TF32, atomics, races,
     side streams, spills) are rejected by an intended gate, and the controls still pass."""
-    names = [e.name for e in DEFECTS if e.device_only] + ["matmul", "row_sum", "softmax"]
+    names = [e.name for e in DEFECTS if e.device_only] + [
+        "matmul",
+        "row_sum",
+        "softmax",
+        "side_stream_joined",
+    ]
     cal = calibrate("cuda", names, jobs=1)
     summary = {r.name: (r.outcome, r.rejected_by) for r in cal.results}
     for r in cal.defects:

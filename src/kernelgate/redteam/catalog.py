@@ -260,6 +260,7 @@ CONTROLS: tuple[Entry, ...] = (
     _c("matmul", "matmul"),
     _c("matmul_fp16", "matmul_fp16"),
     _c("cross_entropy", "cross_entropy"),
+    _c("side_stream_joined", "softmax"),
     _c("torch_softmax", "softmax"),
     _c("torch_layernorm", "layernorm"),
     _c("torch_matmul", "matmul"),

@@ -24,6 +24,7 @@ from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E
 from kernelgate.sandbox import wire  # noqa: E402
 from kernelgate.sandbox.poison import PoisonAllocator, flood_device_cache  # noqa: E402
 from kernelgate.sandbox.resources import CompileServer, LaunchRecorder  # noqa: E402
+from kernelgate.sandbox.streams import SideStreamDelay  # noqa: E402
 
 # Bound now, before candidate code can patch them.
 _no_grad = torch.no_grad
@@ -45,6 +46,7 @@ class Worker:
         self.held: torch.Tensor | None = None
         self.previous_storages: list[torch.Tensor] = []
         self.recorder = LaunchRecorder()  # kernels launched, for RES-02
+        self.side_streams = SideStreamDelay()  # makes unjoined side-stream work visible
         self.candidate_path = ""
         self.compiler: CompileServer | None = None  # RES-02 offline compiles (CPU mode)
         self.model_cls: Any = None
@@ -99,6 +101,8 @@ class Worker:
             if interpreter and "triton" not in sys.modules:  # must fork before Triton loads
                 self.compiler = CompileServer(close_fds=(self.fd_in, self.fd_out))
             self.recorder.install(interpreter=interpreter)
+            if self.device.type == "cuda":
+                self.side_streams.install()
             path = header["candidate"]
             self.candidate_path = path
             sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
@@ -186,17 +190,22 @@ class Worker:
             self.previous_storages = list(storages)
             poison, guard = int(header["poison"]), int(header["guard_bytes"])
             flood_device_cache(self.device, FLOOD_BYTES, poison)
-            with _no_grad(), self.allocator.active(poison, guard):
-                outputs = self.model(*inputs)
-                if self.device.type == "cuda":
-                    _synchronize(self.device)
+            out_blobs: list[bytes] = []
+            with self.side_streams.call(self.device):
+                with _no_grad(), self.allocator.active(poison, guard):
+                    outputs = self.model(*inputs)
+                # What the caller's next kernel would see: the outputs read in stream order,
+                # before the device is synchronised (see streams.py).
+                encoded = self.side_streams.read_in_call_order(
+                    self.device, lambda: _encode_value(outputs, out_blobs)
+                )
+            if self.device.type == "cuda":
+                _synchronize(self.device)
         except BaseException as exc:
             self._fail("call", exc)
             return
-        out_blobs: list[bytes] = []
-        reply: dict[str, Any] = {"ok": True}
+        reply: dict[str, Any] = {"ok": True, "outputs": encoded}
         try:
-            reply["outputs"] = _encode_value(outputs, out_blobs)
             reply["kernels"] = self.recorder.drain()
             reply["inputs_after"] = [_encode_value(s, out_blobs) for s in storages]
             reply["allocations"] = [
