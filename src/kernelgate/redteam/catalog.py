@@ -237,7 +237,7 @@ DEFECTS: tuple[Entry, ...] = (
     _d(
         "signed_zero_lost",
         "relu",
-        "max(x, 0) written as x * (x > 0) + 0.0: -0.0 and tiny negatives come back as +0.0",
+        "max(x, 0) written as where(x <= 0, 0, x): -0.0 comes back as +0.0",
         ("EXC-02",),
     ),
 )
