@@ -41,7 +41,8 @@ class LibraryEntry:
     ``magnitude``: the recipe that gives the per-output scale the bound is relative to
     (``output`` = |ref|; ``abs-linear`` = the op evaluated on absolute values in fp64, the
     sum of |terms|; ``input-abs`` = |ref| + |x| for ops whose honest implementations lose
-    absolute, not relative, accuracy; ``log-normalizer``; ``layer-norm``).
+    absolute, not relative, accuracy; ``log-normalizer``; ``softmax-arguments`` = |ref| plus
+    the error exp makes of its rounded shifted arguments; ``layer-norm``).
     ``reduction_op``: the op whose arguments give N (None for elementwise ops).
     ``tf32_default``: PyTorch's own default for this op on CUDA uses TF32 (cuDNN
     convolution), so the order term uses TF32's unit roundoff for the products.
@@ -132,7 +133,7 @@ LIBRARY: tuple[LibraryEntry, ...] = (
         "softmax",
         (("aten::_softmax",),),
         "order",
-        "output",
+        "softmax-arguments",
         "aten::_softmax",
         layouts=REDUCTION_LAYOUTS,
         dims=ROW,

@@ -146,6 +146,22 @@ def _log_normalizer(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> A
     return func(*args, **kwargs).abs() + 1.0
 
 
+def _softmax_arguments(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """softmax: y (1 + |x - m| + sum_j y_j |x_j - m|), m the row max.
+
+    exp turns the rounding of its shifted argument, about u |x - m|, into a relative error of
+    the same size, so an honest fp32 softmax has relative error ~ u |x_i - m| on entries far
+    below the max (and the normalizer carries the y-weighted mean of those errors). Without
+    these terms the bound would reject honest kernels on heavy-tailed rows.
+    """
+    y = func(*args, **kwargs)
+    x, dim = args[0], args[1]
+    shifted = (x - x.amax(dim, keepdim=True)).abs()
+    positive = y > 0  # exp underflowed (or a -inf input): no argument error to carry
+    weighted = torch.where(positive, y * shifted, 0.0).sum(dim, keepdim=True)
+    return torch.where(positive, y * (1.0 + shifted + weighted), y.abs())
+
+
 def _layer_norm(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """(mean|x| + |x - mu|) / sigma * |w| + |b|: the mean's error, scaled by 1/sigma."""
     _, mean, rstd = func(*args, **kwargs)
@@ -168,6 +184,7 @@ RECIPES: dict[str, Callable[[Any, Sequence[Any], dict[str, Any]], Any] | None] =
     "abs-linear": _abs_linear,
     "input-abs": _input_abs,
     "log-normalizer": _log_normalizer,
+    "softmax-arguments": _softmax_arguments,
     "layer-norm": _layer_norm,
 }
 
