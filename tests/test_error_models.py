@@ -129,3 +129,49 @@ def test_lost_term_exceeds_bound_but_honest_rounding_does_not() -> None:
     result = assess_order(exact, lost, {}, magnitude=mag, n=n)
     assert not result.passed and result.worst_ratio > 1
     assert math.isfinite(result.params["max_magnitude"])
+
+
+def _softmax_model() -> torch.nn.Module:
+    class Softmax(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(x, dim=-1)
+
+    return Softmax()
+
+
+def test_softmax_bound_carries_the_rounding_of_shifted_arguments() -> None:
+    """Heavy-tailed rows: one entry near +80, the rest O(1). fp32's rounding of x - max costs
+    exp a relative error u |x - max| ~ 80 u, past c(N) u = 4 sqrt(64) u = 32 u; the
+    softmax-arguments magnitude admits that honest error and still rejects a bf16 softmax."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 64, generator=g, dtype=torch.float64)
+    x[:, 0] = 80.0 + torch.rand(64, generator=g, dtype=torch.float64)
+    x32 = x.float()
+    expected = torch.softmax(x32.double(), dim=-1)
+    # an honest fp32 softmax whose exp sees the rounded shifted argument (as on a GPU)
+    shifted = x32 - x32.amax(-1, keepdim=True)
+    honest = torch.exp(shifted.double()).float()
+    honest = (honest / honest.sum(-1, keepdim=True)).float()
+    mags, n = magnitude(_softmax_model(), [x32.double()], entry("softmax"))
+    plain = assess_order(expected, honest, {}, magnitude=expected.abs(), n=n)
+    judged = assess_order(expected, honest, {}, magnitude=mags[0], n=n)
+    assert n == 64
+    assert not plain.passed  # |ref| alone cannot hold an honest heavy-tailed softmax ...
+    assert judged.passed, judged.worst_ratio  # ... the argument term can
+    downcast = torch.softmax(x32.bfloat16().float(), dim=-1).bfloat16().float()
+    assert not assess_order(expected, downcast, {}, magnitude=mags[0], n=n).passed
+
+
+def test_order_bound_never_below_what_honest_evaluations_reach() -> None:
+    """A reference's own fp32 run that loses residues (a sequential GEMM on cancellation
+    rows) sets a floor: a candidate as accurate passes, a far lossier one does not."""
+    expected, _, mag = _row_sum_case(0.0)
+    honest_error = 1000 * U32 * mag  # past the probabilistic model (128 u M)
+    honest = {"native-eager": (expected + honest_error).to(torch.float32)}
+    same = (expected + honest_error).to(torch.float32)
+    lossier = (expected + 100 * honest_error).to(torch.float32)
+    assert not assess_order(expected, same, {}, magnitude=mag, n=1024).passed
+    judged = assess_order(expected, same, honest, magnitude=mag, n=1024)
+    assert judged.passed
+    assert judged.params["positions_at_honest_floor"] == expected.numel()
+    assert not assess_order(expected, lossier, honest, magnitude=mag, n=1024).passed
