@@ -50,8 +50,10 @@ class LocalExecutor:
 
     Threads only wait on the judge processes (the work happens in the children), so a
     thread pool is enough to keep N processes busy. In device mode each slot owns one GPU
-    (``CUDA_VISIBLE_DEVICES``), so judges never share a device: KernelBench sizes with an
-    fp64 oracle can need tens of GB per record.
+    (``CUDA_VISIBLE_DEVICES``); more workers than GPUs share them round-robin (an H200 holds
+    several KernelBench records at once; a record that runs out of memory is an error row).
+    Each judge gets an equal share of the cores for its CPU threads: N judges each running
+    torch with every core oversubscribe the machine many times over.
     """
 
     def __init__(self, workers: int | None, device: str) -> None:
@@ -61,6 +63,7 @@ class LocalExecutor:
         self._gpus: queue.Queue[str | None] = queue.Queue()
         for slot in range(self.workers):
             self._gpus.put(str(slot % gpus) if gpus else None)
+        self.threads = max(1, (os.cpu_count() or 1) // self.workers)
         self.description = f"local, {self.workers} worker(s)" + (
             f" on {gpus} GPU(s)" if gpus else ""
         )
@@ -68,7 +71,7 @@ class LocalExecutor:
     def _judge(self, record: CorpusRecord, options: AuditOptions) -> dict[str, Any]:
         gpu = self._gpus.get()
         try:
-            return judge_isolated(record, options, gpu=gpu)
+            return judge_isolated(record, options, gpu=gpu, threads=self.threads)
         finally:
             self._gpus.put(gpu)
 

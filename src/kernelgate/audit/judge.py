@@ -99,11 +99,15 @@ def error_row(record: CorpusRecord, reason: str, seconds: float) -> dict[str, An
 
 
 def judge_isolated(
-    record: CorpusRecord, options: AuditOptions, gpu: str | None = None
+    record: CorpusRecord,
+    options: AuditOptions,
+    gpu: str | None = None,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """Judge ``record`` in a fresh process and return its row; never raises for a record.
 
-    ``gpu`` pins the judge (and so its candidate worker) to one device in device mode.
+    ``gpu`` pins the judge (and so its candidate worker) to one device in device mode;
+    ``threads`` caps the CPU threads of each of its processes (its share of the cores).
     """
     if record.unreadable is not None:
         return unreadable_row(record)
@@ -116,6 +120,8 @@ def judge_isolated(
     env = child_env(options.device)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "kernelgate.audit.judge", str(request), str(result)],
