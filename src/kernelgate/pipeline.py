@@ -80,11 +80,16 @@ def verify(
     if isinstance(contract, str | Path):  # a contract file: replays must judge by it too
         replay += ["--contract", str(contract)]
         contract = load_contract(contract)
-    contract = contract or contract_for(program)  # library entry if it matches, else derived
-    oracle = Oracle(program, torch.device(device))
+    session = WorkerSession(Path(candidate), program.init_inputs(), device=device, timeout=timeout)
+    session.spawn()  # the worker starts up while the judge derives the contract
+    try:
+        contract = contract or contract_for(program)  # library entry if it matches, else derived
+        oracle = Oracle(program, torch.device(device))
+    except BaseException:
+        session.close()
+        raise
     if sanitize:
         replay.append("--sanitize")
-    session = WorkerSession(Path(candidate), oracle.init_inputs, device=device, timeout=timeout)
     results: list[GateResult] = []
     with session:
         ctx = GateContext(

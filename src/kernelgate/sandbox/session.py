@@ -62,10 +62,15 @@ class WorkerSession:
     _from_worker: int = -1
     _log: Any = field(default=None, repr=False)
     _built_for: str | None = field(default=None, repr=False)  # see ``use_init``
+    _loaded: bool = field(default=False, repr=False)  # the live worker holds the candidate
 
     # -- life cycle -----------------------------------------------------------------------
-    def start(self) -> None:
-        """Spawn a worker and load the candidate; a failure is a CandidateLoadError."""
+    def spawn(self) -> None:
+        """Start a worker process now and load the candidate later (``start``).
+
+        The worker's start-up (importing torch and Triton, creating a device context) then
+        overlaps whatever the judge does before its first call, such as deriving the contract.
+        """
         self.close()
         self.starts += 1
         self._built_for = None  # a fresh worker builds ModelNew from ``init_inputs``
@@ -100,6 +105,13 @@ class WorkerSession:
         os.close(worker_read)
         os.close(worker_write)
         self._to_worker, self._from_worker = judge_write, judge_read
+        self._loaded = False
+
+    def start(self) -> None:
+        """Load the candidate in a spawned worker (a fresh one unless ``spawn`` left one
+        waiting); a failure is a CandidateLoadError."""
+        if not self.alive or self._loaded:
+            self.spawn()
         blobs: list[bytes] = []
         header = {
             "op": "load",
@@ -119,6 +131,7 @@ class WorkerSession:
             raise CandidateLoadError(
                 f"candidate {self.candidate} failed to load: {reply.get('error', 'unknown error')}"
             )
+        self._loaded = True
 
     @property
     def alive(self) -> bool:
