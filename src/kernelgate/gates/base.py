@@ -247,7 +247,8 @@ class GateContext:
         self.admit(case)
         key = (case.label, case.seed)
         if key not in self._honest:
-            self._honest[key] = self.oracle_for(case).honest(case.values)
+            independent = self.contract.postcondition.error_model.name == "ensemble"
+            self._honest[key] = self.oracle_for(case).honest(case.values, independent)
         return self._honest[key]
 
     def assess(self, case: Case, output_index: int, actual: torch.Tensor) -> Assessment:
