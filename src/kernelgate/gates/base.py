@@ -153,7 +153,7 @@ class GateContext:
         self.incidents: list[Incident] = []
         self.halted: str | None = None  # set after a hang: later gates are not run
         self._expected: dict[tuple[str, int], list[Any]] = {}
-        self._honest: dict[tuple[str, int], dict[str, list[Any]]] = {}
+        self._honest: dict[tuple[str, int, bool], dict[str, list[Any]]] = {}
         self._magnitude: dict[tuple[str, int], tuple[list[Any], int]] = {}
         self._sized_oracles: dict[str, Oracle] = {}
 
@@ -243,11 +243,19 @@ class GateContext:
             self._expected[key] = self.oracle_for(case).expected(case.values)
         return self._expected[key]
 
-    def honest(self, case: Case) -> dict[str, list[Any]]:
+    def honest(self, case: Case, *, independent: bool | None = None) -> dict[str, list[Any]]:
+        """Honest evaluations of the reference on ``case`` (see ``Oracle.honest``).
+
+        ``independent`` asks for the fp32 CPU run beside the native one; by default only the
+        ensemble error model gets it. The exact class gates (EXC-01/02) always ask: where
+        PyTorch's own implementations disagree (the sign of relu(-0.0) is +0.0 on CUDA,
+        -0.0 on the CPU) the reference defines nothing, and such positions are not judged.
+        """
         self.admit(case)
-        key = (case.label, case.seed)
-        if key not in self._honest:
+        if independent is None:
             independent = self.contract.postcondition.error_model.name == "ensemble"
+        key = (case.label, case.seed, independent)
+        if key not in self._honest:
             self._honest[key] = self.oracle_for(case).honest(case.values, independent)
         return self._honest[key]
 

@@ -146,7 +146,7 @@ class SubnormalGate(Gate):
                 for i, v in enumerate(case.values)
             ]
             run = ctx.run(self.id, case)
-            expected, honest = ctx.expected(case), ctx.honest(case)
+            expected, honest = ctx.expected(case), ctx.honest(case, independent=True)
             structure = structure_findings(run.outputs, expected, honest["native-eager"])
             if structure:
                 return self.failed(
