@@ -236,8 +236,8 @@ DEFECTS: tuple[Entry, ...] = (
     ),
     _d(
         "signed_zero_lost",
-        "relu",
-        "max(x, 0) written as where(x <= 0, 0, x): -0.0 comes back as +0.0",
+        "residual_scale",
+        "x * scale + 0.0 (a fused bias add left over): -0.0 comes back as +0.0",
         ("EXC-02",),
     ),
 )
