@@ -4,10 +4,14 @@
 under a contract and returns a ``Verdict`` with evidence for every gate.
 """
 
-from kernelgate.contract.spec import Contract
-from kernelgate.errors import CandidateLoadError, KernelgateError
-from kernelgate.pipeline import verify
-from kernelgate.verdict import Outcome, Verdict
+from kernelgate import bytecode
+
+bytecode.use_cache()  # before torch is imported: see bytecode.py
+
+from kernelgate.contract.spec import Contract  # noqa: E402
+from kernelgate.errors import CandidateLoadError, KernelgateError  # noqa: E402
+from kernelgate.pipeline import verify  # noqa: E402
+from kernelgate.verdict import Outcome, Verdict  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["CandidateLoadError", "Contract", "KernelgateError", "Outcome", "Verdict", "verify"]

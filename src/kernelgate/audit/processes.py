@@ -73,8 +73,9 @@ def child_env(device: str) -> dict[str, str]:
     """Environment of an audit child: kernelgate importable, the parent pid to die with, and
     in CPU mode Triton's interpreter with no CUDA device visible (as ``verify``'s worker)."""
     import kernelgate
+    from kernelgate import bytecode
 
-    env = dict(os.environ)
+    env = bytecode.child_env(dict(os.environ))
     src = str(Path(kernelgate.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import kernelgate
+from kernelgate import bytecode
 from kernelgate.errors import CandidateLoadError
 from kernelgate.sandbox import wire
 
@@ -79,7 +80,7 @@ class WorkerSession:
         if self._log is not None:
             self._log.close()
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the session
-        env = dict(os.environ)
+        env = bytecode.child_env(dict(os.environ))
         src = str(Path(kernelgate.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"
