@@ -25,18 +25,28 @@ from kernelgate.oracle.compare import (
 
 @dataclass(frozen=True)
 class SafetyFactors:
-    """Multipliers on measured or modelled honest error. Calibrated, then fixed."""
+    """Multipliers on measured or modelled honest error. Calibrated once, then fixed.
+
+    Calibration (2026-12-01, ``kernelgate calibrate`` on the CPU and on the H200; margins in
+    docs/redteam.md). The rule: the largest honest error of any positive control stays
+    within 1/4 of its bound (room for other devices' noise), and every red-team defect
+    caught by a thresholded gate stays at least 10x past it. Before calibration, with the
+    first-principles constants (4 u elementwise, c = 4 sqrt(N), 4 u output rounding), honest
+    controls reached 0.46 (elementwise) and 0.49 (order) of the bound; both models are now
+    2x looser (honest <= 0.23 / 0.25; subtlest defects at 7.3e3 and 17x). The ensemble
+    model's honest maximum was 0.0625, within the rule already, so its factor is unchanged.
+    """
 
     ensemble: float = 16.0  # x the worst honest evaluation's error
     roundoff_units: float = 2.0  # units of roundoff of the output dtype, relative to |ref|
-    elementwise_units: float = 4.0  # elementwise model: units of roundoff relative to |ref|
+    elementwise_units: float = 8.0  # elementwise model: units of roundoff relative to |ref|
     order_probabilistic: float = 4.0  # order model: c in c * u * sqrt(N) (default bound)
     order_worst_case: float = 1.0  # order model: c in c * u * N (bound = "worst-case")
-    order: float = 1.0  # multiplier on the order model's reduction term
+    order: float = 2.0  # multiplier on the order model's reduction term (calibrated)
     # order model: units of roundoff of the output dtype for the final conversion, relative
-    # to |ref|; 4 admits a truncating conversion (2u, the Triton interpreter's fp32->bf16)
-    # after double rounding through fp32.
-    output_rounding_units: float = 4.0
+    # to |ref|: 4 would admit a truncating conversion (2u, the Triton interpreter's
+    # fp32->bf16) after double rounding through fp32; calibrated to 8 with the rest.
+    output_rounding_units: float = 8.0
 
 
 SAFETY = SafetyFactors()
