@@ -59,8 +59,11 @@ def roofline(batch: int, seq_len: int, heads: int, dim_k: int, dim_v: int) -> di
         return 1e3 * max(flops / BF16_FLOPS_PER_S, nbytes / HBM_BYTES_PER_S)
 
     return {
-        "fwd_flops": fwd_flops, "bwd_flops": bwd_flops, "fwd_bytes": fwd_bytes,
-        "bwd_bytes": bwd_bytes, "fwd_ms": ms(fwd_flops, fwd_bytes),
+        "fwd_flops": fwd_flops,
+        "bwd_flops": bwd_flops,
+        "fwd_bytes": fwd_bytes,
+        "bwd_bytes": bwd_bytes,
+        "fwd_ms": ms(fwd_flops, fwd_bytes),
         "bwd_ms": ms(bwd_flops, bwd_bytes),
         "fwdbwd_ms": ms(fwd_flops + bwd_flops, fwd_bytes + bwd_bytes),
     }
@@ -85,10 +88,12 @@ def time_fwd_bwd(forward, inputs) -> dict[str, object]:
     try:
         out = forward(*inputs)
         do = torch.randn_like(out)
-        result["bwd_ms"] = do_bench(lambda: out.backward(do, retain_graph=True),
-                                    grad_to_none=inputs, return_mode="median")
-        result["fwdbwd_ms"] = do_bench(lambda: forward(*inputs).backward(do),
-                                       grad_to_none=inputs, return_mode="median")
+        result["bwd_ms"] = do_bench(
+            lambda: out.backward(do, retain_graph=True), grad_to_none=inputs, return_mode="median"
+        )
+        result["fwdbwd_ms"] = do_bench(
+            lambda: forward(*inputs).backward(do), grad_to_none=inputs, return_mode="median"
+        )
     except Exception as exc:
         result["bwd_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     return result
@@ -106,8 +111,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--profile", action="store_true",
-                        help="per-kernel times of fwd+bwd at T=4096 for several launch configs")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="per-kernel times of fwd+bwd at T=4096 for several launch configs",
+    )
     args = parser.parse_args()
     if args.profile:
         profile(args.batch, 4096, args.heads, args.dim)
@@ -117,6 +125,7 @@ def main() -> None:
         import fla
         from fla.ops.delta_rule import chunk_delta_rule
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_gated
+
         fla_version = fla.__version__
     except Exception as exc:
         print(f"flash-linear-attention unavailable: {exc}", file=sys.stderr)
@@ -124,14 +133,19 @@ def main() -> None:
         fla_version = None
 
     report = {
-        "kernel": "gated_delta_rule", "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__, "triton": triton.__version__, "fla": fla_version,
+        "kernel": "gated_delta_rule",
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "fla": fla_version,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "dtype": "bf16 (q, k, v, beta), fp32 (g, state)",
         "shape": {"B": args.batch, "H": args.heads, "K": args.dim, "V": args.dim},
         "timing": "triton.testing.do_bench median, ms",
-        "roofline_model": {"hbm_bytes_per_s": HBM_BYTES_PER_S,
-                           "bf16_flops_per_s": BF16_FLOPS_PER_S},
+        "roofline_model": {
+            "hbm_bytes_per_s": HBM_BYTES_PER_S,
+            "bf16_flops_per_s": BF16_FLOPS_PER_S,
+        },
         "rows": [],
     }
     out_path = Path(args.out)
@@ -140,23 +154,31 @@ def main() -> None:
     dims = (args.batch, args.heads, args.dim, args.dim)
     for seq_len in (int(t) for t in args.seq_lens.split(",")):
         batch, heads, dim_k, dim_v = dims
-        row: dict[str, object] = {"T": seq_len, "roofline": roofline(batch, seq_len, heads, dim_k,
-                                                                       dim_v)}
+        row: dict[str, object] = {
+            "T": seq_len,
+            "roofline": roofline(batch, seq_len, heads, dim_k, dim_v),
+        }
         gated = make_inputs(batch, seq_len, heads, dim_k, dim_v)
         ungated = make_inputs(batch, seq_len, heads, dim_k, dim_v, gated=False)
         row["ours_gated"] = time_fwd_bwd(ours, gated)
         row["ours_g0"] = time_fwd_bwd(ours, ungated)
         if fla_gated is not None:
             row["fla_gated"] = time_fwd_bwd(
-                lambda q, k, v, g, b: fla_gated(q, k, v, g, b)[0], gated)
+                lambda q, k, v, g, b: fla_gated(q, k, v, g, b)[0], gated
+            )
             row["fla_delta"] = time_fwd_bwd(
-                lambda q, k, v, g, b: chunk_delta_rule(q, k, v, b)[0], ungated)
+                lambda q, k, v, g, b: chunk_delta_rule(q, k, v, b)[0], ungated
+            )
         if seq_len in naive_lens:
             with torch.no_grad():
                 row["naive_fp32_fwd_ms"] = do_bench(
                     lambda xs=gated: naive_recurrent_gated_delta_rule(
-                        *xs, compute_dtype=torch.float32),
-                    warmup=1, rep=1, return_mode="median")
+                        *xs, compute_dtype=torch.float32
+                    ),
+                    warmup=1,
+                    rep=1,
+                    return_mode="median",
+                )
         report["rows"].append(row)
         out_path.write_text(json.dumps(report, indent=1))
         print_row(row)
@@ -172,29 +194,35 @@ def profile(batch: int, seq_len: int, heads: int, dim: int) -> None:
 
     inputs = make_inputs(batch, seq_len, heads, dim, dim)
     do = torch.randn(batch, seq_len, heads, dim, device="cuda", dtype=torch.bfloat16)
-    for num_warps in (4,):  # num_warps=8 hit an illegal memory access on the H200
+    defaults = dict(chunk_module.NUM_WARPS)
+    # "default": the shipped per-kernel warps (8 for the forward kernels and the backward
+    # scan, whose fp32 dots need them to compile without spills; 4 elsewhere); 4: all at 4.
+    for warps_name in ("default", "4"):
         for scan_block_v in (16, 32):
             for name in chunk_module.NUM_WARPS:
-                chunk_module.NUM_WARPS[name] = num_warps
+                chunk_module.NUM_WARPS[name] = defaults[name] if warps_name == "default" else 4
             chunk_module.SCAN_BLOCK_V = scan_block_v
+            label = f"num_warps={warps_name} scan_block_v={scan_block_v}"
             try:
                 for _ in range(3):  # compile and warm up
                     ours(*inputs).backward(do)
                 torch.cuda.synchronize()
             except Exception as exc:  # e.g. out of shared memory
-                print(f"num_warps={num_warps} scan_block_v={scan_block_v}: "
-                      f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+                print(f"{label}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
                 continue
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 for _ in range(5):
                     ours(*inputs).backward(do)
                 torch.cuda.synchronize()
-            total = do_bench(lambda: ours(*inputs).backward(do), grad_to_none=inputs,
-                             return_mode="median")
-            print(f"num_warps={num_warps} scan_block_v={scan_block_v}: fwd+bwd {total:.3f} ms")
+            total = do_bench(
+                lambda: ours(*inputs).backward(do), grad_to_none=inputs, return_mode="median"
+            )
+            print(f"{label}: fwd+bwd {total:.3f} ms")
             for event in prof.key_averages():
                 if "kernel" in event.key:
                     print(f"   {event.key:22} {event.device_time_total / 5 / 1e3:8.3f} ms")
+    chunk_module.NUM_WARPS.update(defaults)
+    chunk_module.SCAN_BLOCK_V = None
 
 
 def _fmt(x: object) -> str:
@@ -213,18 +241,24 @@ def print_row(row: dict) -> None:
     fla_g, fla_d = row.get("fla_gated", {}), row.get("fla_delta", {})
     roof = row["roofline"]
     print(f"T={row['T']}: (ms; ratio < 1 means ours is faster)")
-    print(f"  {'pass':8} {'ours':>8} {'fla_gdn':>8} {'ours/fla':>8} {'ours_g0':>8} {'fla_dr':>8} "
-          f"{'g0/fla':>7} {'roofline':>8} {'ours/roof':>9}")
+    print(
+        f"  {'pass':8} {'ours':>8} {'fla_gdn':>8} {'ours/fla':>8} {'ours_g0':>8} {'fla_dr':>8} "
+        f"{'g0/fla':>7} {'roofline':>8} {'ours/roof':>9}"
+    )
     for key, name in (("fwd_ms", "fwd"), ("bwd_ms", "bwd"), ("fwdbwd_ms", "fwd+bwd")):
-        print(f"  {name:8} {_fmt(ours_g.get(key))} {_fmt(fla_g.get(key))} "
-              f"{_ratio(ours_g.get(key), fla_g.get(key)):>8} {_fmt(ours_0.get(key))} "
-              f"{_fmt(fla_d.get(key))} {_ratio(ours_0.get(key), fla_d.get(key))} "
-              f"{_fmt(roof[key])} {_ratio(ours_g.get(key), roof[key]):>9}")
+        print(
+            f"  {name:8} {_fmt(ours_g.get(key))} {_fmt(fla_g.get(key))} "
+            f"{_ratio(ours_g.get(key), fla_g.get(key)):>8} {_fmt(ours_0.get(key))} "
+            f"{_fmt(fla_d.get(key))} {_ratio(ours_0.get(key), fla_d.get(key))} "
+            f"{_fmt(roof[key])} {_ratio(ours_g.get(key), roof[key]):>9}"
+        )
     if "bwd_error" in fla_g:
         print(f"  fla gated backward: {fla_g['bwd_error']}")
     if "naive_fp32_fwd_ms" in row:
-        print(f"  naive recurrence (fp32, forward): {row['naive_fp32_fwd_ms']:.1f} ms, ours is "
-              f"{row['naive_fp32_fwd_ms'] / ours_g['fwd_ms']:.0f}x faster")
+        print(
+            f"  naive recurrence (fp32, forward): {row['naive_fp32_fwd_ms']:.1f} ms, ours is "
+            f"{row['naive_fp32_fwd_ms'] / ours_g['fwd_ms']:.0f}x faster"
+        )
 
 
 if __name__ == "__main__":

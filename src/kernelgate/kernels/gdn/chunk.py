@@ -5,18 +5,38 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernelgate.kernels.gdn.chunk_bwd import _qk_bwd_kernel, _state_bwd_kernel, _wy_bwd_kernel
+from kernelgate.kernels.gdn.chunk_bwd import (
+    _dscores_bwd_kernel,
+    _qk_bwd_kernel,
+    _state_bwd_kernel,
+    _wy_bwd_kernel,
+)
 from kernelgate.kernels.gdn.chunk_fwd import _output_fwd_kernel, _state_fwd_kernel, _wy_fwd_kernel
 
 CHUNK_SIZE = 64
-MAX_HEAD_DIM_K = 256  # the scan kernels keep a whole [K, BV] state tile in registers
+SUB_BLOCK = 16  # the WY inverse works on block rows of 16 steps of the 64 x 64 chunk matrix
+MAX_HEAD_DIM_K = 256  # the largest K the kernels are verified for
 # Fixed launch configurations (no autotuning: its choice can differ between runs, and it
 # cannot run under the CPU interpreter). Module-level so benchmarks/gdn.py --profile can try
-# alternatives; the defaults come from that profile on an H200 (num_warps=8 failed there
-# with an illegal memory access in Triton 3.6, not yet understood; 4 passes every test).
-NUM_WARPS = {"wy_fwd": 4, "state_fwd": 4, "output_fwd": 4, "state_bwd": 4, "qk_bwd": 4,
-             "wy_bwd": 4}
-SCAN_BLOCK_V: int | None = None  # None: pick by _scan_block_v's heuristic
+# alternatives. The forward kernels use 8 warps: with 4, their fp32 (FMA) dots need more
+# than 255 registers at some head sizes when compiled for sm_90 (tests/kernels/test_gdn.py
+# checks the offline compile); every test passed compiled on an H200 with these settings.
+NUM_WARPS = {
+    "wy_fwd": 8,
+    "state_fwd": 8,
+    "output_fwd": 8,
+    "state_bwd": 8,
+    "dscores_bwd": 4,
+    "qk_bwd": 4,
+    "wy_bwd": 4,
+}
+SCAN_BLOCK_V: int | None = None  # None: pick by _scan_block_v's rule
+# Largest [K, BV] state tile of one scan program, in elements (a cap on the V tile at large
+# K, so that one program's share of the state stays small).
+MAX_SCAN_TILE = 4096
+# Reduction length of one tl.dot over K or over chunk steps (see chunk_fwd.py: fp32 dots
+# reading both operands from memory compile without spills at these sizes).
+REDUCE_BLOCK = 32
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
@@ -30,19 +50,25 @@ def _block(dim: int, cap: int) -> int:
     return min(max(16, triton.next_power_of_2(dim)), cap)
 
 
-def _scan_block_v(batch_heads: int, dim_v: int) -> int:
+def _round_up(dim: int, block: int) -> int:
+    """``dim`` rounded up to whole tiles: the stop of a kernel's tile loop. Passed instead of
+    a tile count because Triton compiles an integer argument equal to 1 as a constant, which
+    folds a one-tile loop away, and an fp32 dot outside a loop spills on sm_90."""
+    return triton.cdiv(dim, block) * block
+
+
+def _scan_block_v(dim_k: int, dim_v: int) -> int:
     """V-tile of the two sequential scans (one program per (batch, head, V tile)).
 
     Every V-tile program of a head reloads that chunk's full q, k, W rows, so narrow tiles buy
     parallelism with redundant loads. Measured on the H200 at B=2, H=16, K=V=128, T=4096
     (fwd+bwd): 16 -> 3.83 ms, 32 -> 3.10 ms; 64 exceeds shared memory in the backward scan
-    with the default pipelining. A fixed choice, not autotuning (whose pick can change between
-    runs and which cannot run under the CPU interpreter).
+    with the default pipelining. The tile is also capped so that the [K, BV] state stays within
+    MAX_SCAN_TILE elements (16 at K = 256). A fixed choice, not autotuning (whose pick can
+    change between runs and which cannot run under the CPU interpreter).
     """
-    if SCAN_BLOCK_V is not None:
-        return _block(dim_v, SCAN_BLOCK_V)
-    del batch_heads  # kept in the signature for a future occupancy-based choice
-    return _block(dim_v, 32)
+    cap = 32 if SCAN_BLOCK_V is None else SCAN_BLOCK_V
+    return _block(dim_v, min(cap, max(16, MAX_SCAN_TILE // _block(dim_k, MAX_HEAD_DIM_K))))
 
 
 def _check_inputs(q, k, v, g, beta, initial_state) -> None:
@@ -69,16 +95,21 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = _dot_precision(q.dtype)
-    block_k_full = _block(dim_k, 256)
     block_k = _block(dim_k, 64)
     block_v = _block(dim_v, 64)
-    scan_block_v = _scan_block_v(batch * heads, dim_v)
+    reduce_k = _block(dim_k, REDUCE_BLOCK)
+    out_block_v = _block(dim_v, 32)
+    scan_block_v = _scan_block_v(dim_k, dim_v)
     f32 = dict(device=q.device, dtype=torch.float32)
 
-    g_cum = torch.empty(batch, seq_len, heads, **f32)
+    # fp64 cumulative gates: decays are exp(G_i - G_j), and with strong decays |G| reaches
+    # hundreds inside a chunk, where fp32 sums would lose the small differences.
+    g_cum = torch.empty(batch, seq_len, heads, device=q.device, dtype=torch.float64)
     a_inv = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
     w = torch.empty(batch, seq_len, heads, dim_k, **f32)
     u = torch.empty(batch, seq_len, heads, dim_v, **f32)
+    t_beta = torch.empty_like(a_inv)  # scratch: Tinv diag(beta), Tinv diag(beta gamma)
+    t_beta_gamma = torch.empty_like(a_inv)
     _wy_fwd_kernel[(num_chunks, batch * heads)](
         k,
         v,
@@ -88,110 +119,154 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
         a_inv,
         w,
         u,
+        t_beta,
+        t_beta_gamma,
         seq_len,
         H=heads,
         K=dim_k,
         V=dim_v,
         C=CHUNK_SIZE,
+        S=SUB_BLOCK,
+        RC=REDUCE_BLOCK,
         BK=block_k,
         BV=block_v,
-        NK=triton.cdiv(dim_k, block_k),
-        NV=triton.cdiv(dim_v, block_v),
+        K_END=_round_up(dim_k, block_k),
+        V_END=_round_up(dim_v, block_v),
         PREC=prec,
         num_warps=NUM_WARPS["wy_fwd"],
     )
+    del t_beta, t_beta_gamma
 
     states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
     v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
     final_state = torch.empty(batch, heads, dim_k, dim_v, **f32) if output_final_state else None
     h0 = initial_state.float().contiguous() if initial_state is not None else None
-    _state_fwd_kernel[(triton.cdiv(dim_v, scan_block_v), batch * heads)](
+    scan_tiles = triton.cdiv(dim_v, scan_block_v)
+    decayed_deltas = torch.empty(batch * heads * scan_tiles, CHUNK_SIZE, scan_block_v, **f32)
+    _state_fwd_kernel[(scan_tiles, batch * heads)](
         k,
         w,
         u,
         g_cum,
-        h0 if h0 is not None else g_cum,
+        h0 if h0 is not None else w,
         states,
         v_new,
-        final_state if final_state is not None else g_cum,
+        final_state if final_state is not None else w,
+        decayed_deltas,
         seq_len,
         num_chunks,
+        _round_up(dim_k, reduce_k),
         H=heads,
         K=dim_k,
         V=dim_v,
         C=CHUNK_SIZE,
-        BK=block_k_full,
+        RK=reduce_k,
+        RC=REDUCE_BLOCK,
         BV=scan_block_v,
         HAS_H0=h0 is not None,
         STORE_HT=final_state is not None,
         PREC=prec,
         num_warps=NUM_WARPS["state_fwd"],
     )
+    del decayed_deltas
 
     o = torch.empty_like(v)
-    _output_fwd_kernel[(triton.cdiv(dim_v, block_v), num_chunks, batch * heads)](
+    scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    _output_fwd_kernel[(num_chunks, batch * heads)](
         q,
         k,
         v_new,
         g_cum,
         states,
         o,
+        scores,
         seq_len,
         num_chunks,
         scale,
+        _round_up(dim_k, reduce_k),
+        _round_up(dim_v, out_block_v),
         H=heads,
         K=dim_k,
         V=dim_v,
         C=CHUNK_SIZE,
-        BK=block_k_full,
-        BV=block_v,
+        RC=REDUCE_BLOCK,
+        BK=reduce_k,
+        BV=out_block_v,
         PREC=prec,
         num_warps=NUM_WARPS["output_fwd"],
     )
-    return o, final_state, (g_cum, a_inv, w, states, v_new)
+    return o, final_state, (g_cum, a_inv, w, states, v_new, scores)
 
 
 def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
-    """Launch the three backward kernels; returns dq, dk, dv, dg, dbeta, dh0."""
-    g_cum, a_inv, w, states, v_new = saved
+    """Launch the four backward kernels; returns dq, dk, dv, dg, dbeta, dh0."""
+    g_cum, a_inv, w, states, v_new, scores = saved
     batch, seq_len, heads, dim_k = q.shape
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = _dot_precision(q.dtype)
-    block_k_full = _block(dim_k, 256)
     block_k = _block(dim_k, 64)
     block_v = _block(dim_v, 64)
     num_k_blocks = triton.cdiv(dim_k, block_k)
-    scan_block_v = _scan_block_v(batch * heads, dim_v)
+    num_v_blocks = triton.cdiv(dim_v, block_v)
+    reduce_k = _block(dim_k, REDUCE_BLOCK)
+    scan_block_v = _scan_block_v(dim_k, dim_v)
     f32 = dict(device=q.device, dtype=torch.float32)
 
     d_states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
     d_v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
     dh0 = torch.empty(batch, heads, dim_k, dim_v, **f32) if has_initial_state else None
     dht = dht.float().contiguous() if dht is not None else None
-    _state_bwd_kernel[(triton.cdiv(dim_v, scan_block_v), batch * heads)](
+    scan_tiles = triton.cdiv(dim_v, scan_block_v)
+    scaled_do = torch.empty(batch * heads * scan_tiles, CHUNK_SIZE, scan_block_v, **f32)
+    _state_bwd_kernel[(scan_tiles, batch * heads)](
         q,
         k,
         w,
         g_cum,
+        scores,
         do,
-        dht if dht is not None else g_cum,
+        dht if dht is not None else w,
         d_states,
         d_v_new,
-        dh0 if dh0 is not None else g_cum,
+        dh0 if dh0 is not None else w,
+        scaled_do,
         seq_len,
         num_chunks,
+        _round_up(dim_k, reduce_k),
         scale,
         H=heads,
         K=dim_k,
         V=dim_v,
         C=CHUNK_SIZE,
-        BK=block_k_full,
+        RK=reduce_k,
+        RC=REDUCE_BLOCK,
         BV=scan_block_v,
         HAS_DHT=dht is not None,
         STORE_DH0=dh0 is not None,
         PREC=prec,
         num_warps=NUM_WARPS["state_bwd"],
+    )
+    del scaled_do
+
+    d_scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    dg_cum_scores = torch.empty(batch, seq_len, heads, **f32)
+    _dscores_bwd_kernel[(num_chunks, batch * heads)](
+        do,
+        v_new,
+        scores,
+        g_cum,
+        d_scores,
+        dg_cum_scores,
+        seq_len,
+        scale,
+        H=heads,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        BV=block_v,
+        NV=num_v_blocks,
+        PREC=prec,
+        num_warps=NUM_WARPS["dscores_bwd"],
     )
 
     dq = torch.empty_like(q)
@@ -208,6 +283,7 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
         v_new,
         d_v_new,
         do,
+        d_scores,
         dq,
         dk_part,
         dw,
@@ -223,7 +299,7 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
         C=CHUNK_SIZE,
         BK=block_k,
         BV=block_v,
-        NV=triton.cdiv(dim_v, block_v),
+        NV=num_v_blocks,
         PREC=prec,
         num_warps=NUM_WARPS["qk_bwd"],
     )
@@ -241,6 +317,7 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
         dw,
         d_v_new,
         dk_part,
+        dg_cum_scores,
         dg_cum_part,
         dg_last_part,
         dk,
@@ -257,7 +334,7 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
         BK=block_k,
         BV=block_v,
         NK=num_k_blocks,
-        NV=triton.cdiv(dim_v, block_v),
+        NV=num_v_blocks,
         NK_PART=num_k_blocks,
         PREC=prec,
         num_warps=NUM_WARPS["wy_bwd"],
@@ -266,8 +343,9 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
 
 
 class ChunkGatedDeltaRuleFunction(torch.autograd.Function):
-    """Forward saves the fp32 chunk intermediates (cumulative gates, Tinv, W, chunk states,
-    deltas) so the backward recomputes nothing sequential except its own reverse scan."""
+    """Forward saves the chunk intermediates (fp64 cumulative gates; fp32 Tinv, W, chunk
+    states, deltas and decayed scores) so the backward recomputes nothing sequential except
+    its own reverse scan."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, scale, initial_state, output_final_state):
