@@ -9,6 +9,7 @@ others down); every candidate still runs in its own sandbox worker under ``verif
 
 from __future__ import annotations
 
+import datetime
 import math
 import multiprocessing
 import os
@@ -229,9 +230,13 @@ class Calibration:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        from kernelgate.verdict import environment
+
         return {
             "schema": "kernelgate.calibration/1",
             "device": self.device,
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "environment": environment(self.device, self.device),
             "ok": self.ok,
             "defective": [r.to_dict() for r in self.defects],
             "controls": [r.to_dict() for r in self.controls],
