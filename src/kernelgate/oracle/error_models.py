@@ -28,13 +28,15 @@ class SafetyFactors:
     """Multipliers on measured or modelled honest error. Calibrated once, then fixed.
 
     Calibration (2026-12-01, ``kernelgate calibrate`` on the CPU and on the H200; margins in
-    docs/redteam.md). The rule: the largest honest error of any positive control stays
-    within 1/4 of its bound (room for other devices' noise), and every red-team defect
-    caught by a thresholded gate stays at least 10x past it. Before calibration, with the
-    first-principles constants (4 u elementwise, c = 4 sqrt(N), 4 u output rounding), honest
-    controls reached 0.46 (elementwise) and 0.49 (order) of the bound; both models are now
-    2x looser (honest <= 0.23 / 0.25; subtlest defects at 7.3e3 and 17x). The ensemble
-    model's honest maximum was 0.0625, within the rule already, so its factor is unchanged.
+    docs/redteam.md). The rule: every positive control's largest error stays within about a
+    quarter of its bound (room for other devices' noise), and every red-team defect caught by
+    a thresholded gate stays at least 10x past it. With the first-principles constants (4 u
+    elementwise, c = 4 sqrt(N), 4 u output rounding) honest controls reached 0.46
+    (elementwise) and 0.49 (order) of the bound, so both models are now 2x looser: honest
+    0.23 / 0.25 on the CPU, 0.22 / 0.29 on the H200 (the 0.29 is ORD-01 on the matmul
+    control, judged by the honest floor, 16x cuBLAS's own error on cancellation rows); the
+    subtlest defects sit at 7.2e3 and 17x. The ensemble model's honest maximum was 0.0625,
+    within the rule already, so its factor (which also scales the honest floor) is unchanged.
     """
 
     ensemble: float = 16.0  # x the worst honest evaluation's error
