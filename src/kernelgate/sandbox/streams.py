@@ -38,8 +38,7 @@ class SideStreamDelay:
     def __init__(self, cycles: int = DELAY_CYCLES) -> None:
         self.cycles = cycles
         self.call_stream: Any = None  # set for the duration of one candidate call
-        self.delayed: set[int] = set()
-        self.switches = 0  # side-stream switches seen in the current call, for the evidence
+        self.delayed: set[int] = set()  # streams already delayed in the current call
 
     def install(self) -> None:
         delay = self
@@ -54,7 +53,6 @@ class SideStreamDelay:
     def _on_switch(self, stream: Any) -> None:
         if stream == self.call_stream:
             return
-        self.switches += 1
         key = int(stream.cuda_stream)
         if key not in self.delayed:
             self.delayed.add(key)
@@ -66,7 +64,7 @@ class SideStreamDelay:
         if device.type != "cuda":
             yield
             return
-        self.call_stream, self.delayed, self.switches = _current_stream(device), set(), 0
+        self.call_stream, self.delayed = _current_stream(device), set()
         try:
             yield
         finally:
