@@ -35,7 +35,7 @@ def _torch_caches_its_own_bytecode() -> bool:
 
 def needs_cache() -> bool:
     """Whether this environment would compile the big packages from source every time."""
-    if sys.pycache_prefix is not None or os.environ.get(PREFIX_ENV):
+    if sys.pycache_prefix is not None:  # PYTHONPYCACHEPREFIX, -X pycache_prefix, or ours
         return False
     return bool(sys.flags.dont_write_bytecode) or not _torch_caches_its_own_bytecode()
 

@@ -70,10 +70,10 @@ class SideStreamDelay:
         finally:
             self.call_stream = None
 
-    def read_in_call_order(self, device: torch.device, read: Callable[[], Any]) -> Any:
-        """Run ``read`` (copies to the host) on the stream the call was made on."""
-        if device.type != "cuda":
+    def read_in_call_order(self, read: Callable[[], Any]) -> Any:
+        """Run ``read`` (copies to the host) on the stream the call was made on; use it
+        inside ``call``."""
+        if self.call_stream is None:  # CPU: no streams
             return read()
-        stream = _current_stream(device) if self.call_stream is None else self.call_stream
-        with _stream_context(stream):
+        with _stream_context(self.call_stream):
             return read()

@@ -197,7 +197,7 @@ class Worker:
                 # What the caller's next kernel would see: the outputs read in stream order,
                 # before the device is synchronised (see streams.py).
                 encoded = self.side_streams.read_in_call_order(
-                    self.device, lambda: _encode_value(outputs, out_blobs)
+                    lambda: _encode_value(outputs, out_blobs)
                 )
             if self.device.type == "cuda":
                 _synchronize(self.device)
