@@ -8,6 +8,9 @@ whose rebinding moves them; dims that no size moves are literal.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,6 +30,42 @@ from kernelgate.oracle.fp64 import flatten_outputs
 from kernelgate.sandbox.wire import dtype_name
 
 PROBE_NUMEL_LIMIT = 1 << 24  # skip probes that would build inputs larger than this
+
+
+@torch.no_grad()
+def shape_run(
+    model: torch.nn.Module,
+    inputs: list[Any],
+    mode_factory: Callable[[], Any] = contextlib.nullcontext,
+) -> tuple[list[Any], Any]:
+    """The reference's outputs on ``inputs``, computed for their shapes and dtypes only.
+
+    Tried on the meta device first (no arithmetic: a KernelBench-sized reference took a
+    minute of CPU time per derivation, at half a dozen full-size probes), then on the CPU
+    for references that meta kernels cannot run (data-dependent ops, tensors the forward
+    creates on the CPU). ``mode_factory`` makes a fresh dispatch mode (an op recorder) for
+    each attempt; the mode of the attempt that ran is returned beside the outputs. Errors
+    of the CPU attempt propagate: that is the reference failing.
+    """
+    try:
+        mode = mode_factory()
+        meta_model = copy.deepcopy(model).to("meta")
+        with mode:
+            outputs = flatten_outputs(meta_model(*_to_device(inputs, "meta")))
+        return outputs, mode
+    except Exception:
+        mode = mode_factory()
+        with mode:
+            outputs = flatten_outputs(model(*inputs))
+        return outputs, mode
+
+
+def _to_device(value: Any, device: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, list | tuple):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
 
 
 def _shapes(values: list[Any]) -> list[tuple[int, ...] | None]:
@@ -54,7 +93,7 @@ def _runs_at(program: ReferenceProgram, name: str, value: int, ref_numel: int) -
             return False, None
         try:
             model = program.build_model(program.init_inputs())
-            outputs = _shapes(flatten_outputs(model(*inputs)))
+            outputs = _shapes(shape_run(model, inputs)[0])
         except Exception:
             return False, (_shapes(inputs), [])
     return True, (_shapes(inputs), outputs)
@@ -62,9 +101,7 @@ def _runs_at(program: ReferenceProgram, name: str, value: int, ref_numel: int) -
 
 def derive_contract(program: ReferenceProgram) -> Contract:
     inputs = program.inputs(seed=42)
-    model = program.build_model(program.init_inputs())
-    with torch.no_grad():
-        outputs = flatten_outputs(model(*inputs))
+    outputs, _ = shape_run(program.build_model(program.init_inputs()), inputs)
     base_shapes = (_shapes(inputs), _shapes(outputs))
     ref_numel = sum(v.numel() for v in inputs if isinstance(v, torch.Tensor))
 

@@ -74,11 +74,16 @@ class OpRecorder(TorchDispatchMode):
 
 @torch.no_grad()
 def record_ops(program: ReferenceProgram) -> list[str]:
-    """The aten ops the reference's forward calls on its own ``get_inputs()``."""
+    """The aten ops the reference's forward calls on its own ``get_inputs()``.
+
+    Recorded where ``shape_run`` runs it (meta tensors when it can): the Python dispatch
+    mode sees the same aten ops on every device, before any backend's own lowering.
+    """
+    from kernelgate.contract.derive import shape_run
+
     inputs = program.inputs(seed=42)
     model = program.build_model(program.init_inputs())
-    with OpRecorder() as recorder:
-        model(*inputs)
+    _, recorder = shape_run(model, inputs, OpRecorder)
     return recorder.ops
 
 

@@ -172,12 +172,18 @@ class GateContext:
         Value ranges are applied later, once, by ``admit`` (every case passes through it).
         """
         values = [
-            draw(distribution, seed + i, tuple(v.shape), v.dtype)
+            self.draw(distribution, seed + i, tuple(v.shape), v.dtype)
             if isinstance(v, torch.Tensor) and v.is_floating_point()
             else (v.clone() if isinstance(v, torch.Tensor) else v)
             for i, v in enumerate(self.template)
         ]
         return Case(label, seed, values)
+
+    def draw(
+        self, distribution: str, seed: int, shape: tuple[int, ...], dtype: torch.dtype
+    ) -> torch.Tensor:
+        """A seeded draw (CPU tensor), made on the oracle's device (see ``draw``)."""
+        return draw(distribution, seed, shape, dtype, self.oracle.device)
 
     def conform(self, index: int, values: torch.Tensor) -> torch.Tensor:
         """Fold generated values of input ``index`` into the contract's value range, if any."""
@@ -198,7 +204,7 @@ class GateContext:
             template = program.inputs(seed=42)
             init_inputs = program.init_inputs()
         values = [
-            draw(distribution, seed + i, tuple(v.shape), v.dtype)
+            self.draw(distribution, seed + i, tuple(v.shape), v.dtype)
             if isinstance(v, torch.Tensor) and v.is_floating_point()
             else v
             for i, v in enumerate(template)
@@ -263,9 +269,14 @@ class GateContext:
         """Judge one candidate output of ``case`` under the contract's error model.
 
         Every thresholded gate goes through here, so the error model is chosen in one place.
+        The model's per-element arithmetic (a dozen float64 passes) runs on the oracle's
+        device: on the CPU it cost more than the candidate's own work at KernelBench sizes.
+        What comes back is scalars and a few positions, so nothing device-resident leaks out.
         """
-        expected = self.expected(case)[output_index]
-        honest = {name: runs[output_index] for name, runs in self.honest(case).items()}
+        on_device = self._on_oracle_device
+        expected = on_device(self.expected(case)[output_index])
+        honest = {name: on_device(runs[output_index]) for name, runs in self.honest(case).items()}
+        actual = on_device(actual)
         spec = self.contract.postcondition.error_model
         if spec.name == "ensemble":
             return assess_ensemble(expected, actual, honest)
@@ -277,9 +288,22 @@ class GateContext:
             expected,
             actual,
             honest,
-            magnitude=scale if isinstance(scale, torch.Tensor) else None,
+            magnitude=on_device(scale) if isinstance(scale, torch.Tensor) else None,
             n=n,
         )
+
+    def _on_oracle_device(self, value: Any) -> Any:
+        return value.to(self.oracle.device) if isinstance(value, torch.Tensor) else value
+
+    def forget_cases(self) -> None:
+        """Drop the oracle results cached for earlier cases.
+
+        Cases are seeded per gate, so no gate reads another's entries; keeping them all
+        held every fp64 result of a verification at once (22 GB for one 268 MB input).
+        """
+        self._expected.clear()
+        self._honest.clear()
+        self._magnitude.clear()
 
     def magnitude(self, case: Case) -> tuple[list[Any], int]:
         """The library entry's magnitudes (per output) and reduction length N for ``case``.
@@ -402,6 +426,7 @@ def _same_values(a: Any, b: Any) -> bool:
 def run_gate(gate: Gate, ctx: GateContext) -> GateResult:
     """Run one gate, turning an aborted run into ``skipped`` (the incident goes to RES-01)."""
     started = time.monotonic()
+    ctx.forget_cases()
     if ctx.halted and not gate.always_runs:
         result = gate.skipped(f"not run: {ctx.halted} (see RES-01)")
     else:

@@ -18,7 +18,6 @@ from kernelgate.contract.spec import TensorSpec
 from kernelgate.domain import SUB_DOMAIN, refusal_counterexample, run_or_refusal
 from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult, Status
 from kernelgate.gates.ord01_order import judge_run
-from kernelgate.inputs.distributions import draw
 
 
 def declared_dtypes(ctx: GateContext) -> list[torch.dtype]:
@@ -63,7 +62,7 @@ class PrecisionGate(Gate):
             seed = ctx.case_seed(self.id, index)
             case = ctx.drawn_case(f"dtype={name}", seed)
             case.values = [
-                draw("normal", seed + i, tuple(v.shape), dtype)
+                ctx.draw("normal", seed + i, tuple(v.shape), dtype)
                 if isinstance(v, torch.Tensor) and v.is_floating_point()
                 else v
                 for i, v in enumerate(case.values)

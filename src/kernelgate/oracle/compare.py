@@ -24,11 +24,11 @@ class ValueClass(IntEnum):
 
 
 def value_classes(tensor: torch.Tensor) -> torch.Tensor:
-    """Per-element ``ValueClass`` codes (int8); integer tensors are all FINITE."""
-    classes = torch.zeros(tensor.shape, dtype=torch.int8)
+    """Per-element ``ValueClass`` codes (int8, on the tensor's device); integers are FINITE."""
+    classes = torch.zeros(tensor.shape, dtype=torch.int8, device=tensor.device)
     if not (tensor.is_floating_point() or tensor.is_complex()):
         return classes
-    t = tensor.detach().cpu()
+    t = tensor.detach()
     classes[torch.isnan(t)] = ValueClass.NAN
     classes[t == float("inf")] = ValueClass.POS_INF
     classes[t == float("-inf")] = ValueClass.NEG_INF

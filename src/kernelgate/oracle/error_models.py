@@ -97,14 +97,14 @@ def assess_ensemble(
     u = unit_roundoff(out_dtype)
     ref = expected.to(torch.float64)
     rounded_classes = value_classes(ref.to(out_dtype) if out_dtype.is_floating_point else ref)
-    judged_mask = torch.ones(ref.shape, dtype=torch.bool)
+    judged_mask = torch.ones(ref.shape, dtype=torch.bool, device=ref.device)
     noise = 0.0
     for run in honest.values():
         run_classes = value_classes(run)
         judged_mask &= run_classes == rounded_classes
         finite = (run_classes == ValueClass.FINITE) & (rounded_classes == ValueClass.FINITE)
         if finite.any():
-            noise = max(noise, float((run.to(torch.float64) - ref)[finite].abs().max()))
+            noise = max(noise, float((run.to(ref.device, torch.float64) - ref)[finite].abs().max()))
     params = {
         "output_dtype": str(out_dtype).removeprefix("torch."),
         "unit_roundoff": u,
@@ -134,7 +134,7 @@ def _honest_agreement(
     overflow, say) are not judged by a thresholded model; EXC-01 owns non-finite behaviour.
     """
     rounded_classes = value_classes(ref.to(out_dtype) if out_dtype.is_floating_point else ref)
-    judged_mask = torch.ones(ref.shape, dtype=torch.bool)
+    judged_mask = torch.ones(ref.shape, dtype=torch.bool, device=ref.device)
     for run in honest.values():
         if isinstance(run, torch.Tensor) and tuple(run.shape) == tuple(ref.shape):
             judged_mask &= value_classes(run) == rounded_classes
@@ -145,10 +145,10 @@ def _honest_error(
     ref: torch.Tensor, honest: dict[str, torch.Tensor], judged: torch.Tensor
 ) -> torch.Tensor:
     """Per element, the largest |error| of any honest evaluation (0 where none is finite)."""
-    worst = torch.zeros(ref.shape, dtype=torch.float64)
+    worst = torch.zeros(ref.shape, dtype=torch.float64, device=ref.device)
     for run in honest.values():
         if isinstance(run, torch.Tensor) and tuple(run.shape) == tuple(ref.shape):
-            error = (run.detach().cpu().to(torch.float64) - ref).abs()
+            error = (run.detach().to(ref.device, torch.float64) - ref).abs()
             worst = torch.maximum(worst, torch.where(judged & error.isfinite(), error, 0.0))
     return worst
 
@@ -316,12 +316,12 @@ def _assess(
     params: dict[str, Any],
     bound: torch.Tensor,
 ) -> Assessment:
-    got = actual.detach().cpu()
+    got = actual.detach().to(ref.device)
     got_classes = value_classes(got)
     class_bad = judged_mask & (got_classes != expected_classes)
     finite = judged_mask & ~class_bad & (expected_classes == ValueClass.FINITE)
     error = (got.to(torch.float64) - ref).abs()
-    ratio = torch.zeros(ref.shape, dtype=torch.float64)
+    ratio = torch.zeros(ref.shape, dtype=torch.float64, device=ref.device)
     positive = bound > 0
     ratio[finite & positive] = (error / bound.clamp_min(1e-300))[finite & positive]
     ratio[finite & ~positive & (error > 0)] = float("inf")

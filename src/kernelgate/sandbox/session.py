@@ -75,8 +75,8 @@ class WorkerSession:
         self.close()
         self.starts += 1
         self._built_for = None  # a fresh worker builds ModelNew from ``init_inputs``
-        judge_read, worker_write = os.pipe()
-        worker_read, judge_write = os.pipe()
+        judge_read, worker_write = wire.pipe()
+        worker_read, judge_write = wire.pipe()
         if self._log is not None:
             self._log.close()
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the session
