@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -246,6 +247,12 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert 1 <= rows < len(names)
+    # The store travels, as it does between this machine and the device: the corpus and
+    # the output folder both land at other paths, and the audit resumes there.
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(corpus, moved / "corpus")
+    shutil.move(out, moved / "out")
+    corpus, out, store = moved / "corpus", moved / "out", moved / "out" / STORE_NAME
     resumed = kernelgate(
         "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2", "--resume"
     )
@@ -258,6 +265,15 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     assert {row["id"]: row["verdict"] for row in summary["rows"]} == {
         name: EXPECTED[name][0] for name in names
     }
+    # the report can be rebuilt from the store alone, without judging anything
+    (out / "summary.json").unlink()
+    rebuilt = kernelgate("audit-report", str(out))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert json.loads((out / "summary.json").read_text())["rows"] == summary["rows"]
+    # a resume on other records (the corpus changed) is refused, naming what differs
+    (corpus / "honest" / "candidate.py").write_text("# changed\n")
+    refused = kernelgate("audit", str(corpus), "--out", str(out), "--resume")
+    assert refused.returncode == 2 and "source_sha256" in refused.stderr
 
 
 # -- the Ray executor ----------------------------------------------------------------------------

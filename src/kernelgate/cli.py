@@ -270,6 +270,18 @@ def audit_command(
     )
 
 
+@command("audit-report")
+def audit_report_command(
+    out: Annotated[Path, typer.Argument(help="an audit's output folder (holds audit.sqlite)")],
+) -> None:
+    """Rewrite an audit's report (summary.json, report.md, report.html, plots) from its
+    store, without judging anything: for a store finished on another machine."""
+    from kernelgate.audit.runner import write_report_from_store
+
+    summary = write_report_from_store(out)
+    console.print(f"{summary['records']} record(s); report: {out / 'report.html'}", highlight=False)
+
+
 @command("calibrate")
 def calibrate_command(
     device: DeviceOption = "cpu",

@@ -8,6 +8,7 @@ the records without a row.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,8 @@ from typing import Any
 from kernelgate.audit.executors import make_executor
 from kernelgate.audit.judge import AuditOptions, unreadable_row
 from kernelgate.audit.report import write_report
-from kernelgate.audit.store import ResultStore
+from kernelgate.audit.store import STORE_NAME, ResultStore
+from kernelgate.errors import KernelgateError
 from kernelgate.formats.corpus import detect_format, read_corpus
 
 
@@ -36,6 +38,34 @@ class AuditOutcome:
     judged_now: int
     out_dir: Path
     summary: dict[str, Any]
+
+
+def source_digest(source: Path) -> str:
+    """SHA-256 of a corpus (a file, or every file of a folder with its relative path).
+
+    A resume is checked against the corpus's content, not its path: a store carried to
+    another machine (the device, and back) resumes there only on the same records.
+    """
+    digest = hashlib.sha256()
+    files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+    for path in files:
+        digest.update(str(path.relative_to(source) if path != source else path.name).encode())
+        digest.update(b"\0")
+        with path.open("rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def write_report_from_store(out_dir: Path) -> dict[str, Any]:
+    """Rewrite the report of ``out_dir`` from its store alone (no device, nothing judged)."""
+    if not (out_dir / STORE_NAME).exists():
+        raise KernelgateError(f"{out_dir} holds no audit store ({STORE_NAME}); run an audit first")
+    store = ResultStore(out_dir / STORE_NAME)
+    try:
+        return write_report(out_dir, store.rows(), store.settings())
+    finally:
+        store.close()
 
 
 def run_audit(
@@ -65,6 +95,7 @@ def run_audit(
         records = records[:limit]
     settings = {
         "source": str(source.resolve()),
+        "source_sha256": source_digest(source),
         "format": resolved_format,
         "problems": str(problems.resolve()) if problems else None,
         "device": device,

@@ -18,6 +18,9 @@ from kernelgate.errors import KernelgateError
 
 STORE_NAME = "audit.sqlite"
 STORE_SCHEMA = "kernelgate.audit-store/1"
+# Settings that describe a store without deciding its rows: a store carried to another
+# machine (where the corpus has another absolute path) still resumes.
+INFORMATIONAL_SETTINGS = frozenset({"source"})
 
 
 class ResultStore:
@@ -52,10 +55,12 @@ class ResultStore:
         out_dir.mkdir(parents=True, exist_ok=True)
         store = cls(path)
         recorded = store.settings()
-        if exists and recorded and recorded != settings:
-            changed = sorted(
-                k for k in settings.keys() | recorded.keys() if settings.get(k) != recorded.get(k)
-            )
+        changed = sorted(
+            k
+            for k in (settings.keys() | recorded.keys()) - INFORMATIONAL_SETTINGS
+            if settings.get(k) != recorded.get(k)
+        )
+        if exists and recorded and changed:
             store.close()
             raise KernelgateError(
                 f"cannot resume {out_dir}: it was started with other settings "
