@@ -31,8 +31,12 @@ def _contract(reference, flush: FlushPolicy):
     return contract
 
 
-def test_generated_values_cover_every_class_and_both_zero_signs() -> None:
-    values = subnormal_values((4096,), torch.float32, 1, CASES[0][1])
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)], ids=["cpu", "cuda"]
+)
+def test_generated_values_cover_every_class_and_both_zero_signs(device: str) -> None:
+    values = subnormal_values((4096,), torch.float32, 1, CASES[0][1], device)
+    assert values.device.type == "cpu"
     classes = float_classes(values, torch.float32)
     for cls in (FloatClass.ZERO, FloatClass.SUBNORMAL, FloatClass.NORMAL):
         assert (classes == cls).any(), cls
@@ -40,7 +44,7 @@ def test_generated_values_cover_every_class_and_both_zero_signs() -> None:
     assert torch.signbit(zeros).any() and (~torch.signbit(zeros)).any()
     tiny = torch.finfo(torch.float32).tiny
     assert ((values.abs() < tiny) & (values.abs() > tiny * 0.999)).any()  # near the boundary
-    assert torch.equal(values, subnormal_values((4096,), torch.float32, 1, CASES[0][1]))
+    assert torch.equal(values, subnormal_values((4096,), torch.float32, 1, CASES[0][1], device))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -92,14 +92,29 @@ def subnormal_values(
     dtype: torch.dtype,
     seed: int,
     mix: tuple[float, float, float, float],
+    device: torch.device | str = "cpu",
 ) -> torch.Tensor:
     """Seeded values of ``dtype``: subnormals, near-smallest-normals, signed zeros, normals.
 
     Every value is built exactly in float64 (subnormals of fp32/fp16/bf16 are integer
     multiples of the smallest subnormal, all representable in float64) and then cast, so
-    the candidate and the oracle see the same bits.
+    the candidate and the oracle see the same bits. The float64 values are drawn on
+    ``device`` (GPUs never flush float64) and cast on the CPU, where no flush-to-zero mode
+    can touch the subnormals of the narrower dtype.
     """
-    g = torch.Generator().manual_seed(seed)
+    with torch.device(device):
+        magnitude = _signed_magnitudes(shape, dtype, seed, mix, device)
+    return magnitude.cpu().to(dtype).reshape(shape)  # -0.0 survives the cast
+
+
+def _signed_magnitudes(
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    seed: int,
+    mix: tuple[float, float, float, float],
+    device: torch.device | str,
+) -> torch.Tensor:
+    g = torch.Generator(device).manual_seed(seed)
     finfo = torch.finfo(dtype)
     tiny, eps = float(finfo.tiny), float(finfo.eps)
     smallest = tiny * eps  # smallest positive subnormal
@@ -116,8 +131,7 @@ def subnormal_values(
     magnitude = torch.stack(
         [subnormal, near_tiny, torch.zeros(numel, dtype=torch.float64), normal]
     )[choice, torch.arange(numel)]
-    values = (sign * magnitude).to(dtype)  # sign * 0.0 keeps the sign: -0.0 is drawn too
-    return values.reshape(shape)
+    return sign * magnitude  # sign * 0.0 keeps the sign: -0.0 is drawn too
 
 
 class SubnormalGate(Gate):
@@ -140,7 +154,7 @@ class SubnormalGate(Gate):
             seed = ctx.case_seed(self.id, index)
             case = ctx.drawn_case(name, seed)
             case.values = [
-                subnormal_values(tuple(v.shape), v.dtype, seed + 7919 * i, mix)
+                subnormal_values(tuple(v.shape), v.dtype, seed + 7919 * i, mix, ctx.oracle.device)
                 if i in targets
                 else v
                 for i, v in enumerate(case.values)
