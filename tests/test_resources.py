@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import pytest
+import torch
+import triton.language as tl
 from typer.testing import CliRunner
 
 import kernelgate
@@ -12,7 +15,14 @@ from kernelgate.cli import app
 from kernelgate.contract.derive import derive_contract
 from kernelgate.formats.kernelbench import load_reference
 from kernelgate.gates.base import Status
-from kernelgate.sandbox.resources import parse_resource_usage
+from kernelgate.sandbox import resources
+from kernelgate.sandbox.resources import (
+    LaunchRecorder,
+    launch_specialization,
+    parse_ptxas_log,
+    parse_resource_usage,
+    spill_figures,
+)
 from kernelgate.sandbox.sanitizer import parse_summary
 
 from .conftest import DATA, SOFTMAX
@@ -35,6 +45,18 @@ Resource usage:
 """
 
 
+# ptxas -v of a kernel with a non-inlined callee (the layout ptxas 12.x and 13.x print)
+PTXAS_SAMPLE = """
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_wy_fwd_kernel' for 'sm_90a'
+ptxas info    : Function properties for _wy_fwd_kernel
+    48 bytes stack frame, 52 bytes spill stores, 64 bytes spill loads
+ptxas info    : Function properties for __internal_helper
+    16 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads
+ptxas info    : Used 128 registers, used 1 barriers, 48 bytes cumulative stack size
+"""
+
+
 def _res02(reference, candidate, **kwargs):
     return kernelgate.verify(reference, candidate, only=["RES-02"], **kwargs).gate("RES-02")
 
@@ -49,6 +71,113 @@ def test_parse_cuobjdump_resource_usage() -> None:
         4096,
     )
     assert first["stack_bytes"] == 16 and first["arch"] == "sm_90"
+
+
+def test_parse_ptxas_log() -> None:
+    usage = parse_ptxas_log(PTXAS_SAMPLE)
+    assert usage is not None
+    assert (usage["spill_store_bytes"], usage["spill_load_bytes"]) == (60, 72)  # all functions
+    assert usage["stack_frame_bytes"] == 48  # the entry's own frame
+    assert usage["registers"] == 128
+    assert [f["name"] for f in usage["functions"]] == ["_wy_fwd_kernel", "__internal_helper"]
+    assert parse_ptxas_log("ptxas fatal   : Unresolved extern function") is None
+
+
+def test_a_stack_frame_is_recorded_beside_spills_not_as_spills() -> None:
+    frame_only = {"spill_store_bytes": 0, "spill_load_bytes": 0, "stack_frame_bytes": 48}
+    figures = spill_figures(frame_only, "", 48, "the driver's local memory size")
+    assert figures["spill_bytes"] == 0
+    assert (figures["stack_frame_bytes"], figures["local_memory_bytes"]) == (48, 48)
+    assert figures["spill_source"].startswith("ptxas -v spill stores")
+    # Without ptxas, the whole local memory counts, erring towards failure, and says so.
+    fallback = spill_figures(None, "no PTX", 48, "the driver's local memory size")
+    assert fallback["spill_bytes"] == 48 and fallback["stack_frame_bytes"] is None
+    assert (
+        "no PTX" in fallback["spill_source"]
+        and "erring towards failure" in (fallback["spill_source"])
+    )
+
+
+class _FakeMetadata:
+    name = "_fake_kernel"
+    hash = "abc123"
+    shared = 1024
+    num_warps = 8
+
+    class target:  # mimics GPUTarget's attribute
+        arch = 90
+
+
+class _FakeCompiledKernel:
+    """What the device hook sees: Triton's n_spills is the driver's local size / 4."""
+
+    metadata = _FakeMetadata()
+    n_regs = 128
+    n_spills = 12  # 48 bytes of local memory
+    asm: ClassVar[dict[str, str]] = {"ptx": "// a kernel's PTX"}
+
+
+@pytest.mark.parametrize("ptxas_answers", [True, False], ids=["ptxas", "no-ptxas"])
+def test_device_records_judge_spills_by_ptxas_not_local_size(monkeypatch, ptxas_answers) -> None:
+    calls = []
+
+    def fake_ptxas_usage(ptx, options, arch):
+        calls.append((ptx, arch))
+        if not ptxas_answers:
+            return None, "ptxas not found"
+        return {"spill_store_bytes": 0, "spill_load_bytes": 0, "stack_frame_bytes": 48}, ""
+
+    monkeypatch.setattr(resources, "ptxas_usage", fake_ptxas_usage)
+    recorder = LaunchRecorder()
+    for _ in range(3):  # the same kernel launched again: ptxas is asked once
+        recorder._record_compiled(None, _FakeCompiledKernel(), (), {})
+    (record,) = [r for r in recorder.drain() if r["backend"] == "triton"]
+    assert calls == [("// a kernel's PTX", 90)]
+    assert record["registers"] == 128 and record["local_memory_bytes"] == 48
+    if ptxas_answers:
+        assert record["spill_bytes"] == 0 and record["stack_frame_bytes"] == 48
+    else:
+        assert record["spill_bytes"] == 48 and "ptxas not found" in record["spill_source"]
+
+
+def _specialized(x_ptr, n, m, BLOCK: tl.constexpr):  # a kernel's signature, never launched
+    pass
+
+
+def test_launch_specialization_honours_do_not_specialize() -> None:
+    x = torch.zeros(64)[1:]  # 4-byte aligned only
+    y = torch.zeros(64)
+    plain = launch_specialization(_specialized, (y, 1, 32), {"BLOCK": 16})
+    assert plain["signature"] == {
+        "x_ptr": "*fp32",
+        "n": "constexpr",
+        "m": "i32",
+        "BLOCK": "constexpr",
+    }
+    assert plain["constexprs"] == {"n": 1, "BLOCK": 16}
+    assert plain["attrs"] == {"x_ptr": "D", "m": "D"}
+    kept = launch_specialization(
+        _specialized, (y, 1, 32), {"BLOCK": 16}, do_not_specialize=["n", 2]
+    )
+    assert kept["signature"]["n"] == "i32" and kept["constexprs"] == {"BLOCK": 16}
+    assert kept["attrs"] == {"x_ptr": "D"}
+    unaligned = launch_specialization(
+        _specialized, (y, 17, 32), {"BLOCK": 16}, do_not_specialize_on_alignment=["x_ptr"]
+    )
+    assert unaligned["attrs"] == {"m": "D"}
+    assert launch_specialization(_specialized, (x, 17, 32), {"BLOCK": 16})["attrs"] == {"m": "D"}
+
+
+def test_interpreted_launches_record_the_jit_do_not_specialize() -> None:
+    """The interpreter hook passes @triton.jit(do_not_specialize=...) on, so the offline
+    compile builds the specialization the device would."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    recorder = LaunchRecorder()
+    fn = InterpretedFunction(_specialized, do_not_specialize=["n"])
+    recorder._record_interpreted(fn, None, (torch.zeros(64), 1, 32), {"BLOCK": 16, "grid": (1,)})
+    (record,) = recorder.drain()
+    assert record["signature"]["n"] == "i32" and "n" not in record["constexprs"]
 
 
 def test_parse_sanitizer_summary() -> None:
@@ -67,7 +196,8 @@ def test_triton_kernel_is_compiled_offline_and_within_budget() -> None:
     assert kernel["name"] == "_half_kernel"
     assert "offline compile for sm_90" in kernel["source"]
     assert 0 < kernel["registers"] <= 255
-    assert kernel["spill_bytes"] == 0
+    assert kernel["spill_bytes"] == 0 and kernel["stack_frame_bytes"] == 0
+    assert kernel["spill_source"].startswith("ptxas -v spill stores")
     assert kernel["specialization"]["constexprs"] == {"BLOCK": 256}
 
 
@@ -80,6 +210,8 @@ def test_spilling_kernel_fails_offline() -> None:
     assert finding["resource"] == "spill_bytes" and finding["value"] > 0
     (kernel,) = gate.evidence["kernels"]
     assert kernel["registers"] <= 32
+    assert kernel["spill_source"].startswith("ptxas -v spill stores")
+    assert kernel["stack_frame_bytes"] > 0  # the spill slots live in the stack frame
     assert kernel["specialization"]["options"] == {"num_warps": 1, "maxnreg": 32}
 
 
@@ -122,6 +254,7 @@ def test_device_resources_of_the_honest_softmax() -> None:
     (kernel,) = gate.evidence["kernels"]
     assert kernel["source"] == "compiled kernel launched on the device"
     assert 0 < kernel["registers"] <= 255 and kernel["spill_bytes"] == 0
+    assert kernel["spill_source"].startswith("ptxas -v spill stores"), kernel["spill_source"]
 
 
 @pytest.mark.gpu
@@ -132,6 +265,9 @@ def test_spilling_kernel_fails_res02_on_the_device() -> None:
     assert "spill_bytes" in resources
     (kernel,) = gate.evidence["kernels"]
     assert kernel["spill_bytes"] > 0 and kernel["num_warps"] == 1
+    # judged by ptxas's spill stores, as offline; the driver's local size is evidence beside
+    assert kernel["spill_source"].startswith("ptxas -v spill stores"), kernel["spill_source"]
+    assert kernel["local_memory_bytes"] > 0 and kernel["stack_frame_bytes"] > 0
 
 
 @pytest.mark.gpu

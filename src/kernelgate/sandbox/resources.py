@@ -4,7 +4,11 @@ Three sources, one record shape (see ``docs/evidence.md``, RES-02):
 
 * Device mode, Triton: the worker wraps ``JITFunction.run`` before the candidate is
   imported; every kernel a call launches is recorded with the compiled kernel's own
-  figures (``n_regs``, ``n_spills`` as the driver reports them, ``metadata.shared``).
+  figures: ``n_regs`` and ``metadata.shared``, spills from ``ptxas -v`` run on the kernel's
+  own PTX with the flags Triton's backend uses (``ptxas_usage``, the CPU path's judgment),
+  and the driver's local memory size beside them. Triton's ``n_spills`` is *not* a spill
+  count: it is ``CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES / 4``, i.e. the stack frame (call ABI,
+  local arrays) as well as spills, so it is only the fallback when ptxas cannot be asked.
 * CPU mode, Triton under the interpreter: nothing is compiled, so the worker records each
   launch's specialization (argument types, divisibility, constexprs, launch options) and
   the judge asks the worker to compile those kernels offline for the target GPU
@@ -25,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
+import io
 import json
 import os
 import re
@@ -55,6 +60,7 @@ class LaunchRecorder:
         self.pending: list[dict[str, Any]] = []
         self.modules_before: set[str] = set(sys.modules)
         self.notes: list[str] = []
+        self.ptxas_cache: dict[str, tuple[dict[str, Any] | None, str]] = {}
 
     def _add(self, record: dict[str, Any]) -> None:
         key = json.dumps(record, sort_keys=True, default=str)
@@ -101,15 +107,23 @@ class LaunchRecorder:
             n_regs = getattr(kernel, "n_regs", None)
         n_spills = getattr(kernel, "n_spills", None)
         target = getattr(metadata, "target", None)
+        kernel_hash = str(getattr(metadata, "hash", ""))
+        if kernel_hash not in self.ptxas_cache:  # one ptxas run per compiled kernel
+            self.ptxas_cache[kernel_hash] = ptxas_usage(
+                _asm_text(kernel, "ptx"), metadata, int(getattr(target, "arch", TARGET_ARCH))
+            )
+        usage, why = self.ptxas_cache[kernel_hash]
+        # Triton's n_spills is the driver's local size in 32-bit words (LOCAL bytes / 4):
+        # stack frame and spills together, not a spill count.
+        local_bytes = None if n_spills is None else 4 * int(n_spills)
         self._add(
             {
                 "backend": "triton",
                 "source": "compiled kernel launched on the device",
                 "name": str(getattr(metadata, "name", getattr(fn, "__name__", "?"))),
-                "hash": str(getattr(metadata, "hash", "")),
+                "hash": kernel_hash,
                 "registers": None if n_regs is None else int(n_regs),
-                # the driver's local size in 32-bit words (Triton's n_spills = LOCAL bytes / 4)
-                "spill_bytes": None if n_spills is None else 4 * int(n_spills),
+                **spill_figures(usage, why, local_bytes, "the driver's local memory size"),
                 "shared_bytes": int(metadata.shared),
                 "num_warps": int(getattr(metadata, "num_warps", 0)),
                 "arch": str(getattr(target, "arch", "")),
@@ -118,7 +132,17 @@ class LaunchRecorder:
 
     def _record_interpreted(self, fn: Any, kernel: Any, args: Any, kwargs: Any) -> None:
         options = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
-        self._add(launch_specialization(fn.fn, args, options))
+        jit_kwargs = getattr(fn, "kwargs", {}) or {}  # what @triton.jit(...) was given
+        self._add(
+            launch_specialization(
+                fn.fn,
+                args,
+                options,
+                do_not_specialize=jit_kwargs.get("do_not_specialize") or (),
+                do_not_specialize_on_alignment=jit_kwargs.get("do_not_specialize_on_alignment")
+                or (),
+            )
+        )
 
     def extensions(self) -> list[dict[str, Any]]:
         """Shared objects of CUDA C++ extensions the candidate built and loaded."""
@@ -152,6 +176,17 @@ class LaunchRecorder:
         return out
 
 
+def _asm_text(kernel: Any, key: str) -> str:
+    """One of a compiled kernel's assembly texts (``ptx``), or "" when it has none."""
+    try:
+        value = kernel.asm[key]
+    except Exception:
+        return ""
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    return value if isinstance(value, str) else ""
+
+
 def _torch_extensions_root() -> str:
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     if root:
@@ -170,16 +205,29 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"constexpr value {value!r} cannot be recorded")
 
 
-def launch_specialization(fn: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+def launch_specialization(
+    fn: Any,
+    args: Any,
+    kwargs: dict[str, Any],
+    do_not_specialize: Any = (),
+    do_not_specialize_on_alignment: Any = (),
+) -> dict[str, Any]:
     """How Triton would specialize this launch: argument types, 16-divisibility, constexprs.
 
     Uses Triton's own specializer where it is available, so the offline compile sees the
-    kernel the device would compile for the same arguments.
+    kernel the device would compile for the same arguments. ``do_not_specialize`` and
+    ``do_not_specialize_on_alignment`` are the ``@triton.jit`` arguments of that name
+    (parameter names or indices), honoured as ``JITFunction`` does: no value specialization
+    (an integer equal to 1 stays an argument, no 16-divisibility), no alignment attribute.
     """
     from triton.backends.compiler import BaseBackend
     from triton.runtime.jit import native_specialize_impl
 
     params = inspect.signature(fn).parameters
+
+    def listed(names: Any, index: int, name: str) -> bool:
+        return index in names or name in names
+
     bound = inspect.signature(fn).bind_partial(
         *args, **{k: v for k, v in kwargs.items() if k in params}
     )
@@ -187,13 +235,15 @@ def launch_specialization(fn: Any, args: Any, kwargs: dict[str, Any]) -> dict[st
     signature: dict[str, str] = {}
     constexprs: dict[str, Any] = {}
     attrs: dict[str, str] = {}
-    for name, param in params.items():
+    for index, (name, param) in enumerate(params.items()):
         value = bound.arguments.get(name)
         if "constexpr" in str(param.annotation):
             signature[name] = "constexpr"
             constexprs[name] = _jsonable(value)
             continue
-        kind, attr = native_specialize_impl(BaseBackend, value, False, True, True)
+        specialize = not listed(do_not_specialize, index, name)
+        align = not listed(do_not_specialize_on_alignment, index, name)
+        kind, attr = native_specialize_impl(BaseBackend, value, False, specialize, align)
         signature[name] = kind
         if kind == "constexpr":
             constexprs[name] = _jsonable(attr)
@@ -378,7 +428,7 @@ def _serve_compiles(req_fd: int, resp_fd: int) -> None:
             return
         records = list(request.get("records", []))
         try:
-            results = _compile_records(str(request["candidate"]), records)
+            results = compile_records(str(request["candidate"]), records)
         except BaseException as exc:
             results = [
                 {"name": r.get("name"), "error": f"{type(exc).__name__}: {exc}"[:600]}
@@ -387,7 +437,13 @@ def _serve_compiles(req_fd: int, resp_fd: int) -> None:
         _write_message(resp_fd, results)
 
 
-def _compile_records(candidate: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def compile_records(candidate: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Compile interpreted launch records offline for sm_90 and read their resource usage.
+
+    Imports ``candidate`` without the interpreter, so it must run in a process where Triton
+    was never imported under ``TRITON_INTERPRET=1`` (``CompileServer``'s child, or a fresh
+    interpreter). One result per record: the figures, or ``error``.
+    """
     os.environ.pop("TRITON_INTERPRET", None)
     from triton import knobs
 
@@ -447,34 +503,167 @@ def _find_jit(module: Any, name: str, file: str) -> Any:
     )
 
 
-_SPILL_STORES = re.compile(r"(\d+)\s+bytes spill stores")
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PTXAS_PROPERTIES = re.compile(
+    r"Function properties for (\S+)\s*\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, "
+    r"(\d+) bytes spill loads"
+)
+_PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
 
 
-def _ptxas_spill_stores(ptx: str, path: Path) -> int | None:
-    """Bytes of spill stores ``ptxas -v`` reports for ``ptx`` on the target (None: unknown)."""
-    if not ptx:
+def parse_ptxas_log(text: str) -> dict[str, Any] | None:
+    """Figures from ``ptxas -v`` output (None when it has none).
+
+    Spill stores and loads are summed over every function ptxas lists (a kernel's callees
+    spill into the same local memory); the stack frame is the entry functions' own (it
+    includes the spill slots, and also call-ABI saves and local arrays, which are not spills).
+    """
+    functions = [
+        {
+            "name": m[0],
+            "stack_frame": int(m[1]),
+            "spill_stores": int(m[2]),
+            "spill_loads": int(m[3]),
+        }
+        for m in _PTXAS_PROPERTIES.findall(text)
+    ]
+    if not functions:
         return None
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
+    entries = set(_PTXAS_ENTRY.findall(text))
+    frames = [f["stack_frame"] for f in functions if f["name"] in entries] or [
+        f["stack_frame"] for f in functions
+    ]
+    registers = [int(n) for n in _PTXAS_REGISTERS.findall(text)]
+    return {
+        "spill_store_bytes": sum(f["spill_stores"] for f in functions),
+        "spill_load_bytes": sum(f["spill_loads"] for f in functions),
+        "stack_frame_bytes": max(frames),
+        "registers": max(registers) if registers else None,
+        "functions": functions,
+    }
 
-        try:
-            ptxas = get_ptxas(TARGET_ARCH).path
-        except TypeError:  # older Triton: no arch argument
-            ptxas = get_ptxas().path
+
+@contextlib.contextmanager
+def _ptxas_log_printed() -> Any:
+    """Triton's ``dump_ptxas_log`` knob switched on, restored afterwards."""
+    from triton import knobs
+
+    scope = getattr(knobs.nvidia, "scope", None)
+    if scope is not None:
+        with scope():
+            knobs.nvidia.dump_ptxas_log = True
+            yield
+        return
+    saved = os.environ.get("TRITON_DUMP_PTXAS_LOG")
+    os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_DUMP_PTXAS_LOG", None)
+        else:
+            os.environ["TRITON_DUMP_PTXAS_LOG"] = saved
+
+
+def _ptxas_log_from_triton(ptx: str, options: Any, arch: int) -> str:
+    """``ptxas -v`` on ``ptx`` through Triton's own backend (``make_cubin``): the same ptxas
+    binary and flags (``--fmad``, ``ptx_options``, version-specific ones such as
+    ``--regAllocOptLevel``) as the compile that produced the kernel."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+
+    backend = make_backend(GPUTarget("cuda", arch, 32))
+    printed = io.StringIO()
+    with _ptxas_log_printed(), contextlib.redirect_stdout(printed):
+        backend.make_cubin(ptx, {}, options, arch)
+    return printed.getvalue()
+
+
+def _ptxas_log_direct(ptx: str, options: Any, arch: int) -> str:
+    """``ptxas -v`` on ``ptx`` called directly (Triton's ptxas, its basic flags)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    try:
+        ptxas = get_ptxas(arch).path
+    except TypeError:  # older Triton: no arch argument
+        ptxas = get_ptxas().path
+    target = re.search(r"^\.target\s+(sm_\w+)", ptx, re.MULTILINE)  # sm_90a for wgmma
+    gpu = target.group(1) if target else f"sm_{arch}"
+    fmad = [] if getattr(options, "enable_fp_fusion", True) else ["--fmad=false"]
+    with tempfile.TemporaryDirectory(prefix="kernelgate-ptxas-") as tmp:
+        path = Path(tmp) / "kernel.ptx"
         path.write_text(ptx)
-        target = re.search(r"^\.target\s+(sm_\w+)", ptx, re.MULTILINE)  # sm_90a for wgmma
-        gpu = target.group(1) if target else f"sm_{TARGET_ARCH}"
         done = subprocess.run(
-            [ptxas, "-v", f"--gpu-name={gpu}", str(path), "-o", str(path) + ".o"],
+            [ptxas, "-v", *fmad, f"--gpu-name={gpu}", str(path), "-o", str(path) + ".o"],
             capture_output=True,
             text=True,
             timeout=300,
             check=False,
         )
-    except Exception:
-        return None
-    found = [int(n) for n in _SPILL_STORES.findall(done.stdout + done.stderr)]
-    return sum(found) if done.returncode == 0 and found else None
+    if done.returncode != 0:
+        raise RuntimeError(f"ptxas exit {done.returncode}: {done.stderr.strip()[:300]}")
+    return done.stdout + done.stderr
+
+
+def ptxas_usage(
+    ptx: str, options: Any, arch: int, *, triton_flags: bool = True
+) -> tuple[dict[str, Any] | None, str]:
+    """What ``ptxas -v`` reports for a Triton kernel's PTX (``parse_ptxas_log``), and, when it
+    could not be obtained, why. ``options`` are the kernel's compile options (a compiled
+    kernel's ``metadata`` will do).
+
+    ``triton_flags``: ask through Triton's backend, with every flag it passes. Right on the
+    device, where that Triton built the kernel that ran. Offline the local Triton is not the
+    device's, and its version-specific flags (Triton >= 3.7 adds ``--regAllocOptLevel=2``,
+    under which kernels that do not spill with the H200's Triton 3.6 show a few bytes) would
+    judge another toolchain, so the offline path asks ptxas directly with the flags every
+    Triton passes.
+    """
+    if not ptx:
+        return None, "the kernel's PTX is not available"
+    why, usage = "", None
+    if triton_flags:
+        try:
+            usage = parse_ptxas_log(_ptxas_log_from_triton(ptx, options, arch))
+        except Exception as exc:  # a Triton without these internals: call ptxas ourselves
+            why = f"{type(exc).__name__}: {exc}"[:300]
+    if usage is None:
+        try:
+            usage = parse_ptxas_log(_ptxas_log_direct(ptx, options, arch))
+        except Exception as exc:
+            return None, f"{why + '; ' if why else ''}{type(exc).__name__}: {exc}"[:600]
+    if usage is None:
+        return None, "ptxas -v printed no function properties"
+    return usage, ""
+
+
+def spill_figures(
+    usage: dict[str, Any] | None, why: str, local_bytes: int | None, local_what: str
+) -> dict[str, Any]:
+    """The spill part of a Triton kernel's record, the same judgment on the device and offline.
+
+    Spills are what ptxas reports as spill stores. The stack frame (and the local memory the
+    driver or cuobjdump reports, which is that frame plus local arrays) also holds non-spill
+    locals such as call-ABI saves, so it is recorded beside, not counted as spills. Only when
+    ptxas cannot be asked is the whole local memory taken as spills, erring towards failure.
+    """
+    if usage is not None:
+        return {
+            "spill_bytes": usage["spill_store_bytes"],
+            "spill_load_bytes": usage["spill_load_bytes"],
+            "stack_frame_bytes": usage["stack_frame_bytes"],
+            "local_memory_bytes": local_bytes,
+            "spill_source": "ptxas -v spill stores (Triton's ptxas, on the kernel's PTX); "
+            f"stack frame and {local_what} recorded beside, not counted as spills",
+        }
+    return {
+        "spill_bytes": local_bytes,
+        "spill_load_bytes": None,
+        "stack_frame_bytes": None,
+        "local_memory_bytes": local_bytes,
+        "spill_source": f"ptxas could not be asked ({why}): all of {local_what} counted as "
+        "spills (it includes any stack frame), erring towards failure",
+    }
 
 
 def _compile_one(module: Any, record: dict[str, Any], tmp: Path) -> dict[str, Any]:
@@ -497,7 +686,9 @@ def _compile_one(module: Any, record: dict[str, Any], tmp: Path) -> dict[str, An
     if not kernels:
         return {"name": record["name"], "error": why}
     usage = kernels[0]
-    spills = _ptxas_spill_stores(compiled.asm.get("ptx", ""), tmp / f"{record['name']}.ptx")
+    ptxas, why = ptxas_usage(
+        compiled.asm.get("ptx", ""), compiled.metadata, TARGET_ARCH, triton_flags=False
+    )
     local_bytes = usage["stack_bytes"] + usage["local_bytes"]
     return {
         "backend": "triton",
@@ -505,11 +696,7 @@ def _compile_one(module: Any, record: dict[str, Any], tmp: Path) -> dict[str, An
         "ptxas + cuobjdump, no device)",
         "name": record["name"],
         "registers": usage["registers"],
-        # Spills are what ptxas reports as spill stores. The stack frame (cuobjdump's STACK)
-        # also holds non-spill locals, so it is recorded beside, not counted as spills; only
-        # when ptxas cannot be asked is the whole local memory taken, erring towards failure.
-        "spill_bytes": local_bytes if spills is None else spills,
-        "local_memory_bytes": local_bytes,
+        **spill_figures(ptxas, why, local_bytes, "cuobjdump's STACK + LOCAL"),
         "shared_bytes": int(compiled.metadata.shared),
         "static_shared_bytes": usage["static_shared_bytes"],
         "num_warps": int(compiled.metadata.num_warps),
