@@ -210,18 +210,32 @@ SPILL_FREE_KERNELS = (
     "_output_fwd_kernel",
     "_state_bwd_kernel",
 )
+
+
+def _misaligned(x: torch.Tensor) -> torch.Tensor:
+    """The same values in a contiguous view whose data pointer is 4-byte aligned only (a
+    storage offset, as CMP-02 makes)."""
+    base = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
+    view = base[1:].view(x.shape)
+    view.copy_(x)
+    assert view.is_contiguous() and view.data_ptr() % 16
+    return view
+
+
 _COMPILE_SCRIPT = (
     "import json, sys\n"
-    "from kernelgate.sandbox.resources import _compile_records\n"
-    "print(json.dumps(_compile_records(sys.argv[1], json.load(sys.stdin))))\n"
+    "from kernelgate.sandbox.resources import compile_records\n"
+    "print(json.dumps(compile_records(sys.argv[1], json.load(sys.stdin))))\n"
 )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode only: offline compile")
 def test_kernels_compile_for_sm90_without_spills():
     """RES-02's CPU path for our kernels at K = V = 128 (bf16 and fp32) and at the example's
-    K = V = 32, T = 130: record the interpreted launches, compile them offline for sm_90 in a
-    process without the interpreter (kernelgate.sandbox.resources), check the figures."""
+    K = V = 32, T = 130 (also with inputs at a storage offset, as CMP-02 passes them: they must
+    launch the same, aligned specialization): record the interpreted launches, compile them
+    offline for sm_90 in a process without the interpreter (kernelgate.sandbox.resources),
+    check the figures."""
     from triton.runtime.interpreter import InterpretedFunction
 
     from kernelgate.sandbox.resources import LaunchRecorder
@@ -230,14 +244,16 @@ def test_kernels_compile_for_sm90_without_spills():
     original_run = InterpretedFunction.run
     recorder.install(interpreter=True)
     try:
-        for batch, seq_len, heads, dim, dtype in (
-            (1, 128, 2, 128, torch.bfloat16),
-            (1, 128, 2, 128, torch.float32),
-            (2, 130, 2, 32, torch.float32),
+        for batch, seq_len, heads, dim, dtype, misaligned in (
+            (1, 128, 2, 128, torch.bfloat16, False),
+            (1, 128, 2, 128, torch.float32, False),
+            (2, 130, 2, 32, torch.float32, False),
+            (2, 130, 2, 32, torch.float32, True),
         ):
             inputs = make_inputs(batch, seq_len, heads, dim, dim, dtype=dtype)
             xs = [x.detach().clone().requires_grad_() for x in inputs]
-            o, _ = chunk_gated_delta_rule(*xs[:5], initial_state=xs[5])
+            args = [_misaligned(x) for x in xs] if misaligned else xs
+            o, _ = chunk_gated_delta_rule(*args[:5], initial_state=args[5])
             o.float().sum().backward()
         records = [
             r
@@ -246,7 +262,11 @@ def test_kernels_compile_for_sm90_without_spills():
         ]
     finally:
         InterpretedFunction.run = original_run
+    # The misaligned inputs launched nothing new: every pointer is 16-byte aligned ("D").
     assert len(records) == 3 * len(SPILL_FREE_KERNELS)
+    for record in records:
+        pointers = [n for n, kind in record["signature"].items() if kind.startswith("*")]
+        assert all(record["attrs"].get(n) == "D" for n in pointers), record["attrs"]
     candidate = Path(__file__).resolve().parents[2] / "examples" / "gdn" / "candidate.py"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     started = time.monotonic()
@@ -265,6 +285,7 @@ def test_kernels_compile_for_sm90_without_spills():
     bad = []
     for record, result in zip(records, results, strict=True):
         assert "error" not in result, result
+        assert result["spill_source"].startswith("ptxas -v spill stores"), result
         if result["registers"] > 255 or result["spill_bytes"] != 0:
             bad.append(
                 (
@@ -275,7 +296,8 @@ def test_kernels_compile_for_sm90_without_spills():
                     result["spill_bytes"],
                 )
             )
-    assert not bad, f"(kernel, K, precision, registers, spill bytes) over budget: {bad}"
+    message = f"(kernel, K, precision, registers, spill bytes) over budget: {bad}"
+    assert not bad, message
 
 
 # --------------------------------------------------------------------------- GPU only

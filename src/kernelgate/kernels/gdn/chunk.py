@@ -71,6 +71,17 @@ def _scan_block_v(dim_k: int, dim_v: int) -> int:
     return _block(dim_v, min(cap, max(16, MAX_SCAN_TILE // _block(dim_k, MAX_HEAD_DIM_K))))
 
 
+def _aligned(x: torch.Tensor) -> torch.Tensor:
+    """``x`` contiguous and 16-byte aligned (a copy only where it is not). Triton specializes
+    a kernel on each pointer's 16-byte alignment: a misaligned view (a storage offset) gets
+    scalar loads and a differently compiled kernel, and that ``_wy_fwd_kernel`` spills on
+    sm_90 (the 48 bytes of local memory RES-02 saw on the H200; offline: a 40-48 byte stack
+    frame holding 36-52 bytes of spill stores). With aligned inputs every layout runs the
+    specialization the offline sm_90 compile checks."""
+    x = x.contiguous()
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
 def _check_inputs(q, k, v, g, beta, initial_state) -> None:
     if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
         raise ValueError(
@@ -140,7 +151,7 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
     states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
     v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
     final_state = torch.empty(batch, heads, dim_k, dim_v, **f32) if output_final_state else None
-    h0 = initial_state.float().contiguous() if initial_state is not None else None
+    h0 = _aligned(initial_state.float()) if initial_state is not None else None
     scan_tiles = triton.cdiv(dim_v, scan_block_v)
     decayed_deltas = torch.empty(batch * heads * scan_tiles, CHUNK_SIZE, scan_block_v, **f32)
     _state_fwd_kernel[(scan_tiles, batch * heads)](
@@ -216,7 +227,7 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
     d_states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
     d_v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
     dh0 = torch.empty(batch, heads, dim_k, dim_v, **f32) if has_initial_state else None
-    dht = dht.float().contiguous() if dht is not None else None
+    dht = _aligned(dht.float()) if dht is not None else None
     scan_tiles = triton.cdiv(dim_v, scan_block_v)
     scaled_do = torch.empty(batch * heads * scan_tiles, CHUNK_SIZE, scan_block_v, **f32)
     _state_bwd_kernel[(scan_tiles, batch * heads)](
@@ -362,7 +373,7 @@ class ChunkGatedDeltaRuleFunction(torch.autograd.Function):
     def backward(ctx, do, dht):
         q, k, v, g, beta, *saved = ctx.saved_tensors
         dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_bwd(
-            q, k, v, g, beta, ctx.scale, ctx.has_initial_state, saved, do.contiguous(), dht
+            q, k, v, g, beta, ctx.scale, ctx.has_initial_state, saved, _aligned(do), dht
         )
         if dh0 is not None:
             dh0 = dh0.to(ctx.initial_state_dtype)
@@ -396,7 +407,7 @@ def chunk_gated_delta_rule(
     _check_inputs(q, k, v, g, beta, initial_state)
     if scale is None:
         scale = q.shape[-1] ** -0.5
-    q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+    q, k, v, g, beta = (_aligned(x) for x in (q, k, v, g, beta))
     return ChunkGatedDeltaRuleFunction.apply(
         q, k, v, g, beta, float(scale), initial_state, output_final_state
     )
