@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import math
+import platform
 import sys
 import traceback
 from pathlib import Path
@@ -31,11 +32,17 @@ import torch.nn.functional as F
 import triton
 from triton.testing import do_bench
 
+try:
+    import kernelgate  # noqa: F401
+except ImportError:  # run from a checkout without installing it: python3 benchmarks/gdn.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
 from kernelgate.kernels.gdn import chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
 HBM_BYTES_PER_S = 4.8e12
 BF16_FLOPS_PER_S = 790e12
 CHUNK = 64
+FLA_VERSION = "0.6.0"  # the version the issue compares against
 
 
 def roofline(batch: int, seq_len: int, heads: int, dim_k: int, dim_v: int) -> dict[str, float]:
@@ -80,11 +87,20 @@ def make_inputs(batch, seq_len, heads, dim_k, dim_v, gated=True):
     return [x.requires_grad_() for x in (q, k, v, g, beta)]
 
 
+def _error(exc: BaseException) -> str:
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+
+
 def time_fwd_bwd(forward, inputs) -> dict[str, object]:
     """Median ms of forward, backward alone, forward+backward; errors are recorded, not raised."""
     result: dict[str, object] = {}
-    with torch.no_grad():
-        result["fwd_ms"] = do_bench(lambda: forward(*inputs), return_mode="median")
+    try:
+        with torch.no_grad():
+            result["fwd_ms"] = do_bench(lambda: forward(*inputs), return_mode="median")
+    except Exception as exc:
+        result["fwd_error"] = _error(exc)
+        return result
     try:
         out = forward(*inputs)
         do = torch.randn_like(out)
@@ -95,12 +111,47 @@ def time_fwd_bwd(forward, inputs) -> dict[str, object]:
             lambda: forward(*inputs).backward(do), grad_to_none=inputs, return_mode="median"
         )
     except Exception as exc:
-        result["bwd_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        result["bwd_error"] = _error(exc)
     return result
 
 
 def ours(q, k, v, g, beta):
     return chunk_gated_delta_rule(q, k, v, g, beta)[0]
+
+
+def environment(device_name: str, fla_version: str | None) -> dict[str, object]:
+    """Where and when the numbers were taken (recorded in the JSON report)."""
+    return {
+        "device": device_name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "fla": fla_version,
+        "fla_expected": FLA_VERSION,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _div(a: object, b: object) -> float | None:
+    if isinstance(a, float | int) and isinstance(b, float | int) and b and not math.isnan(b):
+        return float(a) / float(b)
+    return None
+
+
+def ratios(row: dict) -> dict[str, float | None]:
+    """Ours / theirs for every pass (< 1: ours faster): gated vs fla GDN, g = 0 vs fla
+    DeltaNet, gated vs the roofline, and the naive fp32 recurrence's forward / ours."""
+    ours_g, ours_0 = row.get("ours_gated", {}), row.get("ours_g0", {})
+    fla_g, fla_d = row.get("fla_gated", {}), row.get("fla_delta", {})
+    out: dict[str, float | None] = {}
+    for key in ("fwd_ms", "bwd_ms", "fwdbwd_ms"):
+        name = key[: -len("_ms")]
+        out[f"ours_over_fla_gdn_{name}"] = _div(ours_g.get(key), fla_g.get(key))
+        out[f"ours_g0_over_fla_deltanet_{name}"] = _div(ours_0.get(key), fla_d.get(key))
+        out[f"ours_over_roofline_{name}"] = _div(ours_g.get(key), row["roofline"][key])
+    out["naive_over_ours_fwd"] = _div(row.get("naive_fp32_fwd_ms"), ours_g.get("fwd_ms"))
+    return out
 
 
 def main() -> None:
@@ -132,13 +183,11 @@ def main() -> None:
         fla_gated = chunk_delta_rule = None
         fla_version = None
 
+    if fla_version is not None and fla_version != FLA_VERSION:
+        print(f"note: fla {fla_version}, the comparison asks for {FLA_VERSION}", file=sys.stderr)
     report = {
         "kernel": "gated_delta_rule",
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "fla": fla_version,
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **environment(torch.cuda.get_device_name(), fla_version),
         "dtype": "bf16 (q, k, v, beta), fp32 (g, state)",
         "shape": {"B": args.batch, "H": args.heads, "K": args.dim, "V": args.dim},
         "timing": "triton.testing.do_bench median, ms",
@@ -179,6 +228,7 @@ def main() -> None:
                     rep=1,
                     return_mode="median",
                 )
+        row["ratios"] = ratios(row)
         report["rows"].append(row)
         out_path.write_text(json.dumps(report, indent=1))
         print_row(row)
@@ -230,9 +280,8 @@ def _fmt(x: object) -> str:
 
 
 def _ratio(a: object, b: object) -> str:
-    if not (isinstance(a, float) and isinstance(b, float)) or math.isnan(b):
-        return f"{'-':>7}"
-    return f"{a / b:7.2f}"
+    ratio = _div(a, b)
+    return f"{'-':>7}" if ratio is None else f"{ratio:7.2f}"
 
 
 def print_row(row: dict) -> None:
@@ -252,12 +301,17 @@ def print_row(row: dict) -> None:
             f"{_fmt(fla_d.get(key))} {_ratio(ours_0.get(key), fla_d.get(key))} "
             f"{_fmt(roof[key])} {_ratio(ours_g.get(key), roof[key]):>9}"
         )
-    if "bwd_error" in fla_g:
-        print(f"  fla gated backward: {fla_g['bwd_error']}")
-    if "naive_fp32_fwd_ms" in row:
+    for label, result in (("ours", ours_g), ("ours g=0", ours_0), ("fla gated", fla_g)):
+        for key in ("fwd_error", "bwd_error"):
+            if key in result:
+                print(f"  {label} {key[:3]}: {result[key]}")
+    if "fwd_error" in fla_d or "bwd_error" in fla_d:
+        print(f"  fla delta rule: {fla_d.get('fwd_error') or fla_d.get('bwd_error')}")
+    speedup = _div(row.get("naive_fp32_fwd_ms"), ours_g.get("fwd_ms"))
+    if speedup is not None:
         print(
             f"  naive recurrence (fp32, forward): {row['naive_fp32_fwd_ms']:.1f} ms, ours is "
-            f"{row['naive_fp32_fwd_ms'] / ours_g['fwd_ms']:.0f}x faster"
+            f"{speedup:.0f}x faster"
         )
 
 
