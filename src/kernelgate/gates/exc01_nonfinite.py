@@ -42,7 +42,7 @@ class NonFiniteGate(Gate):
                 for i, v in enumerate(case.values)
             ]
             run = ctx.run(self.id, case)
-            expected, honest = ctx.expected(case), ctx.honest(case, independent=True)
+            expected, honest = ctx.expected(case), ctx.honest_classes(case)
             structure = structure_findings(run.outputs, expected, honest["native-eager"])
             if structure:
                 return self.failed(

@@ -47,7 +47,7 @@ class Oracle:
         self.model = self.program.build_model(self.init_inputs).eval()
         self.model64 = copy.deepcopy(self.model).to(self.device, torch.float64).eval()
         self.model_native = self.model.to(self.device)
-        self._cpu32: torch.nn.Module | None = None
+        self._cpu_models: dict[torch.dtype, torch.nn.Module] = {}
 
     @torch.no_grad()
     def expected(self, inputs: list[Any]) -> list[Any]:
@@ -62,34 +62,42 @@ class Oracle:
         return [_cast(o, None, torch.device("cpu")) for o in flatten_outputs(outputs)]
 
     @torch.no_grad()
-    def cpu_fp32(self, inputs: list[Any]) -> list[Any]:
-        """The reference in float32 on the CPU: an honest evaluation independent of device."""
-        if self._cpu32 is None:
-            self._cpu32 = copy.deepcopy(self.model).to("cpu", torch.float32).eval()
-        outputs = self._cpu32(*_cast(inputs, torch.float32, torch.device("cpu")))
+    def on_cpu(self, inputs: list[Any], dtype: torch.dtype) -> list[Any]:
+        """The reference in ``dtype`` on the CPU: an honest evaluation independent of device."""
+        if dtype not in self._cpu_models:
+            self._cpu_models[dtype] = copy.deepcopy(self.model).to("cpu", dtype).eval()
+        outputs = self._cpu_models[dtype](*_cast(inputs, dtype, torch.device("cpu")))
         return flatten_outputs(outputs)
 
-    def honest(self, inputs: list[Any], independent: bool = True) -> dict[str, list[Any]]:
+    def honest(self, inputs: list[Any], kind: str = "independent") -> dict[str, list[Any]]:
         """Honest evaluations of the reference, named.
 
-        ``native-eager`` always; ``cpu-fp32`` too when ``independent`` and it differs from
-        the native run (another device or dtype). The ensemble error model needs that second,
-        independent evaluation; the library models use honest runs only to mask honest
-        overflows and as a floor, for which the run on the candidate's own device suffices,
-        and an fp32 CPU run of a KernelBench-sized reference (slower still on subnormal
-        inputs) would cost more than everything else in a device-mode verification.
+        ``native-eager`` always. ``kind`` says what else:
+
+        - ``"native"``: nothing. The library models use honest runs only to mask honest
+          overflows and as a floor, for which the run on the candidate's own device
+          suffices; an fp32 CPU run of a KernelBench-sized reference would cost more than
+          everything else in a device-mode verification.
+        - ``"independent"``: ``cpu-fp32`` too, when it differs from the native run (another
+          device or dtype). The ensemble error model needs that second evaluation.
+        - ``"classes"``: ``cpu-fp64`` too, in device mode: a second implementation for the
+          exact class gates, which ask only where implementations disagree on a value's
+          class or sign (in CPU mode the oracle itself is that implementation).
         """
+        if kind not in ("native", "independent", "classes"):
+            raise ValueError(f"unknown kind of honest runs {kind!r}")
         runs = {"native-eager": self.native(inputs)}
-        if independent and (
-            self.device.type != "cpu"
-            or any(
-                isinstance(t, torch.Tensor)
-                and t.dtype not in (torch.float32, torch.float64)
-                and t.is_floating_point()
-                for t in inputs
-            )
-        ):
-            runs["cpu-fp32"] = self.cpu_fp32(inputs)
+        on_device = self.device.type != "cpu"
+        low_precision = any(
+            isinstance(t, torch.Tensor)
+            and t.dtype not in (torch.float32, torch.float64)
+            and t.is_floating_point()
+            for t in inputs
+        )
+        if kind == "independent" and (on_device or low_precision):
+            runs["cpu-fp32"] = self.on_cpu(inputs, torch.float32)
+        if kind == "classes" and on_device:
+            runs["cpu-fp64"] = self.on_cpu(inputs, torch.float64)
         return runs
 
     def magnitude(self, inputs: list[Any], entry_name: str) -> tuple[list[Any], int]:
@@ -128,6 +136,6 @@ class SizedOracle(Oracle):
         with self.program.rebound(**self.sizes):
             return super().native(inputs)
 
-    def cpu_fp32(self, inputs: list[Any]) -> list[Any]:
+    def on_cpu(self, inputs: list[Any], dtype: torch.dtype) -> list[Any]:
         with self.program.rebound(**self.sizes):
-            return super().cpu_fp32(inputs)
+            return super().on_cpu(inputs, dtype)
