@@ -270,6 +270,18 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     rebuilt = kernelgate("audit-report", str(out))
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads((out / "summary.json").read_text())["rows"] == summary["rows"]
+    # --retry-errors judges again a record whose judge failed (here: a row made an error)
+    with sqlite3.connect(store) as db:
+        data = json.loads(db.execute("SELECT data FROM rows WHERE id = 'honest'").fetchone()[0])
+        data["verdict"] = "error"
+        db.execute("UPDATE rows SET data = ? WHERE id = 'honest'", (json.dumps(data),))
+    retried = kernelgate(
+        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--resume", "--retry-errors"
+    )
+    assert retried.returncode == 0, retried.stderr
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert [row["verdict"] for row in rows if row["id"] == "honest"] == [EXPECTED["honest"][0]]
+    assert sorted(row["id"] for row in rows) == sorted(names)
     # a resume on other records (the corpus changed) is refused, naming what differs
     (corpus / "honest" / "candidate.py").write_text("# changed\n")
     refused = kernelgate("audit", str(corpus), "--out", str(out), "--resume")

@@ -244,6 +244,12 @@ def audit_command(
         str | None, typer.Option("--ray-address", help="Ray cluster to join (--executor ray)")
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="continue the audit in --out")] = False,
+    retry_errors: Annotated[
+        bool,
+        typer.Option(
+            "--retry-errors", help="with --resume: judge again the records whose row is error"
+        ),
+    ] = False,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="audit only the first N records")
     ] = None,
@@ -263,6 +269,7 @@ def audit_command(
         executor=executor,
         ray_address=ray_address,
         resume=resume,
+        retry_errors=retry_errors,
         limit=limit,
         timeout=timeout,
         console=console,

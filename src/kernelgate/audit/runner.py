@@ -79,6 +79,7 @@ def run_audit(
     executor: str = "local",
     ray_address: str | None = None,
     resume: bool = False,
+    retry_errors: bool = False,
     limit: int | None = None,
     timeout: float = 60.0,
     seed: int = 0,
@@ -109,6 +110,8 @@ def run_audit(
         pool.close()
         raise
     try:
+        if retry_errors:  # a judge killed for memory, say: the candidate was never judged
+            store.forget(store.error_ids())
         done = store.done_ids()
         position = {record.id: index for index, record in enumerate(records)}
         todo = [r for r in records if r.id not in done]

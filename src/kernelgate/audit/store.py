@@ -86,6 +86,20 @@ class ResultStore:
     def done_ids(self) -> set[str]:
         return {r[0] for r in self._db.execute("SELECT id FROM rows")}
 
+    def error_ids(self) -> set[str]:
+        """Records whose row says the judge itself failed (``error``), not the candidate."""
+        return {
+            r[0]
+            for r in self._db.execute(
+                "SELECT id FROM rows WHERE json_extract(data, '$.verdict') = 'error'"
+            )
+        }
+
+    def forget(self, ids: set[str]) -> None:
+        """Drop the rows of ``ids`` in one transaction, so they are judged again."""
+        with self._transaction():
+            self._db.executemany("DELETE FROM rows WHERE id = ?", [(i,) for i in sorted(ids)])
+
     def put(self, position: int, row: dict[str, Any]) -> None:
         """Commit one finished record. A second row for the same id is refused by the key."""
         with self._transaction():
