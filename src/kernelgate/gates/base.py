@@ -284,11 +284,28 @@ class GateContext:
         The model's per-element arithmetic (a dozen float64 passes) runs on the oracle's
         device: on the CPU it cost more than the candidate's own work at KernelBench sizes.
         What comes back is scalars and a few positions, so nothing device-resident leaks out.
+        Where the device has no memory left (an audit's judges share one GPU) the same
+        arithmetic runs on the CPU, and the assessment says so.
         """
-        on_device = self._on_oracle_device
-        expected = on_device(self.expected(case)[output_index])
-        honest = {name: on_device(runs[output_index]) for name, runs in self.honest(case).items()}
-        actual = on_device(actual)
+        if self.oracle.device.type == "cpu":
+            return self._assess_on(self.oracle.device, case, output_index, actual)
+        try:
+            return self._assess_on(self.oracle.device, case, output_index, actual)
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+        assessment = self._assess_on(torch.device("cpu"), case, output_index, actual)
+        assessment.params["judged_on"] = "cpu (the device was out of memory)"
+        return assessment
+
+    def _assess_on(
+        self, device: torch.device, case: Case, output_index: int, actual: torch.Tensor
+    ) -> Assessment:
+        def on(value: Any) -> Any:
+            return value.to(device) if isinstance(value, torch.Tensor) else value
+
+        expected = on(self.expected(case)[output_index])
+        honest = {name: on(runs[output_index]) for name, runs in self.honest(case).items()}
+        actual = on(actual)
         spec = self.contract.postcondition.error_model
         if spec.name == "ensemble":
             return assess_ensemble(expected, actual, honest)
@@ -300,12 +317,9 @@ class GateContext:
             expected,
             actual,
             honest,
-            magnitude=on_device(scale) if isinstance(scale, torch.Tensor) else None,
+            magnitude=on(scale) if isinstance(scale, torch.Tensor) else None,
             n=n,
         )
-
-    def _on_oracle_device(self, value: Any) -> Any:
-        return value.to(self.oracle.device) if isinstance(value, torch.Tensor) else value
 
     def forget_cases(self) -> None:
         """Drop the oracle results cached for earlier cases.
@@ -316,6 +330,8 @@ class GateContext:
         self._expected.clear()
         self._honest.clear()
         self._magnitude.clear()
+        if self.oracle.device.type == "cuda":
+            torch.cuda.empty_cache()  # the judges of an audit share the GPU: give back blocks
 
     def magnitude(self, case: Case) -> tuple[list[Any], int]:
         """The library entry's magnitudes (per output) and reduction length N for ``case``.
