@@ -12,7 +12,14 @@ from kernelgate.contract.derive import derive_contract
 from kernelgate.contract.spec import FlushPolicy
 from kernelgate.formats.kernelbench import load_reference
 from kernelgate.gates.base import Status
-from kernelgate.gates.exc02_subnormal import CASES, FloatClass, float_classes, subnormal_values
+from kernelgate.gates.exc02_subnormal import (
+    CASES,
+    FloatClass,
+    class_determined,
+    float_classes,
+    subnormal_values,
+)
+from kernelgate.oracle.error_models import SAFETY, admissible_error
 
 from .conftest import DATA, SOFTMAX
 
@@ -125,3 +132,28 @@ def test_exc02_on_the_device_and_whether_triton_exp_flushes() -> None:
         for finding in strict.counterexample.findings:
             assert (finding["expected_class"], finding["actual_class"]) == ("SUBNORMAL", "ZERO")
             assert finding["expected_sign"] == finding["actual_sign"]
+
+
+def test_a_class_is_judged_only_where_the_admissible_error_cannot_move_it() -> None:
+    """A reduction's output that cancels to near zero, or lands within its honest error of
+    the smallest normal, has no class or sign the reference decides; exact zeros,
+    well-separated subnormals and normals do."""
+    tiny, smallest = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).tiny * 2**-23
+    want = torch.tensor([0.0, -0.0, 5 * smallest, 5 * smallest, tiny, 1e-5, 1.0, float("inf")])
+    width = torch.tensor([0.0, 1e-9, 1e-50, 6 * smallest, tiny * 1e-6, 2e-5, 1e-7, 0.0])
+    determined = class_determined(want.double(), width.double(), torch.float32)
+    assert determined.tolist() == [True, False, True, False, False, False, True, True]
+
+
+def test_admissible_error_of_each_model() -> None:
+    ref = torch.tensor([1.0, -2.0, 0.0], dtype=torch.float64)
+    native = ref.float() + torch.tensor([1e-7, 0.0, 0.0])
+    u = 2.0**-24
+    elementwise = admissible_error("elementwise", {}, ref, torch.float32, {"n": native})
+    assert torch.allclose(elementwise, SAFETY.elementwise_units * u * ref.abs())
+    ensemble = admissible_error("ensemble", {}, ref, torch.float32, {"n": native})
+    assert ensemble[0] > ensemble[2] == 0.0  # per element: an exact zero stays exact
+    order = admissible_error(
+        "order", {}, ref, torch.float32, {"n": native}, magnitude=ref.abs() + 10.0, n=64
+    )
+    assert (order > 0).all() and order[2] > 0  # the magnitude of the terms, not |ref|

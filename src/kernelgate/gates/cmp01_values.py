@@ -25,8 +25,8 @@ class ValuesGate(Gate):
                 f"distribution={distribution}", ctx.case_seed(self.id, index), distribution
             )
             run = ctx.run(self.id, case)
-            expected, honest = ctx.expected(case), ctx.honest(case)
-            structure = structure_findings(run.outputs, expected, honest["native-eager"])
+            expected = ctx.expected(case)
+            structure = structure_findings(run.outputs, expected, ctx.native(case))
             if structure:
                 per_distribution[distribution] = {"structure": structure}
                 first_failure = first_failure or self.failed(

@@ -186,8 +186,8 @@ class LayoutsGate(Gate):
         return case
 
     def _judge(self, ctx: GateContext, case: Case, run: Run, plan: LayoutPlan) -> dict[str, Any]:
-        expected, honest = ctx.expected(case), ctx.honest(case)
-        structure = structure_findings(run.outputs, expected, honest["native-eager"])
+        expected = ctx.expected(case)
+        structure = structure_findings(run.outputs, expected, ctx.native(case))
         if structure:
             return {
                 "summary": {"status": "fail", "structure": structure},

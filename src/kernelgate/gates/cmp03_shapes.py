@@ -124,7 +124,7 @@ class ShapesGate(Gate):
             case = ctx.sized_case(
                 point.label, ctx.case_seed(self.id, index), {point.dim: point.value}
             )
-            expected, honest = ctx.expected(case), ctx.honest(case)
+            expected, native = ctx.expected(case), ctx.native(case)
         except Exception as exc:  # the trusted reference itself cannot run here: not judged
             record.update(status="reference-failed", detail=f"{type(exc).__name__}: {exc}"[:300])
             return record
@@ -143,7 +143,7 @@ class ShapesGate(Gate):
                 )
             )
             return record
-        structure = structure_findings(outcome.outputs, expected, honest["native-eager"])
+        structure = structure_findings(outcome.outputs, expected, native)
         if structure:
             record.update(status="fail", structure=structure)
             self._fail(

@@ -33,7 +33,7 @@ class NonFiniteGate(Gate):
         targets = self._injectable(ctx)
         if not targets:
             return self.skipped("no floating-point input admits NaN or Inf under the contract")
-        judged = excluded = 0
+        judged = excluded = consulted = 0
         for index, (kind, whole_row) in enumerate(TRIALS):
             seed = ctx.case_seed(self.id, index)
             case = ctx.drawn_case(f"inject={kind}{' whole-row' if whole_row else ''}", seed)
@@ -42,8 +42,8 @@ class NonFiniteGate(Gate):
                 for i, v in enumerate(case.values)
             ]
             run = ctx.run(self.id, case)
-            expected, honest = ctx.expected(case), ctx.honest_classes(case)
-            structure = structure_findings(run.outputs, expected, honest["native-eager"])
+            expected = ctx.expected(case)
+            structure = structure_findings(run.outputs, expected, ctx.native(case))
             if structure:
                 return self.failed(
                     ctx, "output structure differs from the reference", run, structure
@@ -52,11 +52,14 @@ class NonFiniteGate(Gate):
                 if not isinstance(want, torch.Tensor) or not got.is_floating_point():
                     continue
                 want_classes = value_classes(want.to(got.dtype))
-                agree = torch.ones(want.shape, dtype=torch.bool)
-                for honest_run in honest.values():
-                    agree &= value_classes(honest_run[k]) == want_classes
                 got_classes = value_classes(got)
-                bad = agree & (got_classes != want_classes)
+                # A second implementation can only exclude positions, never add a mismatch:
+                # it is consulted only where the native run alone finds one.
+                runs = {"native-eager": ctx.native(case)}
+                agree, bad = _judged(want_classes, got_classes, runs, k)
+                if bad.any() and ctx.has_second_implementation(case, "classes"):
+                    agree, bad = _judged(want_classes, got_classes, ctx.honest_classes(case), k)
+                    consulted += 1
                 judged += int(agree.sum())
                 excluded += int((~agree).sum())
                 if bad.any():
@@ -78,6 +81,7 @@ class NonFiniteGate(Gate):
             {
                 "judged_positions": judged,
                 "excluded_honest_disagreement": excluded,
+                "second_implementation_consulted": consulted,
                 "trials": [f"{k}{' whole-row' if w else ''}" for k, w in TRIALS],
             },
         )
@@ -114,3 +118,14 @@ class NonFiniteGate(Gate):
             "expected": scalar(want[pos]),
             "actual": scalar(got[pos]),
         }
+
+
+def _judged(
+    want_classes: torch.Tensor, got_classes: torch.Tensor, runs: dict[str, list[Any]], k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions every honest run agrees with the oracle on, and the candidate's mismatches
+    among them."""
+    agree = torch.ones(want_classes.shape, dtype=torch.bool)
+    for honest_run in runs.values():
+        agree &= value_classes(honest_run[k]) == want_classes
+    return agree, agree & (got_classes != want_classes)

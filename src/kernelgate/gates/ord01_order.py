@@ -57,8 +57,8 @@ def judge_run(
     gate: Gate, ctx: GateContext, case: Case, run: Run
 ) -> tuple[float, dict[str, Any], GateResult | None]:
     """(worst error/bound, last model params, failure or None) for one run of ``case``."""
-    expected, honest = ctx.expected(case), ctx.honest(case)
-    structure = structure_findings(run.outputs, expected, honest["native-eager"])
+    expected = ctx.expected(case)
+    structure = structure_findings(run.outputs, expected, ctx.native(case))
     if structure:
         reason = f"output structure differs from the reference ({case.label})"
         return float("inf"), {}, gate.failed(ctx, reason, run, structure)

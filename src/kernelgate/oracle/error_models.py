@@ -238,14 +238,8 @@ def assess_order(
     if tuple(mag.shape) != tuple(ref.shape):
         mag = mag.expand_as(ref) if mag.dim() <= ref.dim() else ref.abs()
     classes, judged = _honest_agreement(ref, out_dtype, honest)
-    # An infinite magnitude (an honest overflow of |terms|) bounds nothing: fall back to |ref|.
-    mag = torch.where(torch.isfinite(mag), mag, ref.abs())
+    mag, modelled, floor = _order_terms(ref, mag, honest, judged, n, worst_case, u_acc, u_out)
     c = order_coefficient(n, worst_case)
-    modelled = c * u_acc * mag + SAFETY.output_rounding_units * u_out * ref.abs()
-    # The contract cannot demand more than the reference's own honest evaluations achieve:
-    # on adversarial rows (ORD-01) a blocked fp32 GEMM's roundings are correlated and
-    # exceed the probabilistic model, and cuBLAS running the reference does the same.
-    floor = SAFETY.ensemble * _honest_error(ref, honest, judged)
     bound = _subnormal_floor(ref, torch.maximum(modelled, floor), out_dtype)
     params = {
         "output_dtype": _dtype_str(out_dtype),
@@ -266,6 +260,72 @@ def assess_order(
         "positions_at_honest_floor": int(((floor > modelled) & judged).sum()),
     }
     return _assess(ref, actual, classes, judged, "order", params, bound)
+
+
+def _order_terms(
+    ref: torch.Tensor,
+    mag: torch.Tensor,
+    honest: dict[str, torch.Tensor],
+    judged: torch.Tensor,
+    n: int,
+    worst_case: bool,
+    u_acc: float,
+    u_out: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The order model's magnitude, modelled bound and honest floor, per element."""
+    # An infinite magnitude (an honest overflow of |terms|) bounds nothing: fall back to |ref|.
+    mag = torch.where(torch.isfinite(mag), mag, ref.abs())
+    c = order_coefficient(n, worst_case)
+    modelled = c * u_acc * mag + SAFETY.output_rounding_units * u_out * ref.abs()
+    # The contract cannot demand more than the reference's own honest evaluations achieve:
+    # on adversarial rows (ORD-01) a blocked fp32 GEMM's roundings are correlated and
+    # exceed the probabilistic model, and cuBLAS running the reference does the same.
+    floor = SAFETY.ensemble * _honest_error(ref, honest, judged)
+    return mag, modelled, floor
+
+
+def admissible_error(
+    model: str,
+    params: dict[str, Any],
+    expected: torch.Tensor,
+    out_dtype: torch.dtype,
+    honest: dict[str, torch.Tensor],
+    *,
+    magnitude: torch.Tensor | None = None,
+    n: int = 1,
+) -> torch.Tensor:
+    """Per element, how far from the exact result an honest output may lie under the
+    contract's error model: its bound without the subnormal floor (float64).
+
+    EXC-02 judges a value's class and sign exactly only where this interval around the
+    exact result stays inside one class and sign: the sign of a conv output that cancels to
+    1e-5, or whether a LayerNorm output lands one ulp above or below the smallest normal,
+    is a rounding question the reference does not decide. For ``ensemble`` contracts the
+    worst honest error is taken per element here (the whole-output maximum would leave
+    every small output undetermined).
+    """
+    ref = expected.to(torch.float64)
+    u = unit_roundoff(out_dtype)
+    _, judged = _honest_agreement(ref, out_dtype, honest)
+    if model == "ensemble":
+        per_element = _honest_error(ref, honest, judged)
+        return SAFETY.ensemble * (per_element + SAFETY.roundoff_units * u * ref.abs())
+    recipe = str(params.get("magnitude", "output"))
+    if model == "elementwise":
+        scale = ref.abs() if magnitude is None or recipe == "output" else magnitude.abs()
+        return SAFETY.elementwise_units * u * scale.to(torch.float64)
+    if model == "order":
+        if params.get("tf32"):
+            u_acc = TF32_UNIT_ROUNDOFF
+        else:
+            u_acc = unit_roundoff(getattr(torch, str(params.get("accumulate_dtype", "float32"))))
+        mag = (ref.abs() if magnitude is None else magnitude.to(torch.float64).abs()).to(ref.device)
+        if tuple(mag.shape) != tuple(ref.shape):
+            mag = mag.expand_as(ref) if mag.dim() <= ref.dim() else ref.abs()
+        worst_case = params.get("bound") == "worst-case"
+        _, modelled, floor = _order_terms(ref, mag, honest, judged, n, worst_case, u_acc, u)
+        return torch.maximum(modelled, floor)
+    raise ValueError(f"unknown error model {model!r} (known: ensemble, elementwise, order)")
 
 
 def assess_with(

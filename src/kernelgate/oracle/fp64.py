@@ -70,23 +70,28 @@ class Oracle:
         return flatten_outputs(outputs)
 
     def honest(self, inputs: list[Any], kind: str = "independent") -> dict[str, list[Any]]:
-        """Honest evaluations of the reference, named.
+        """Honest evaluations of the reference, named: ``native-eager`` and the
+        ``second_implementations`` of ``kind``."""
+        runs = {"native-eager": self.native(inputs)}
+        for name, dtype in self.second_implementations(inputs, kind):
+            runs[name] = self.on_cpu(inputs, dtype)
+        return runs
 
-        ``native-eager`` always. ``kind`` says what else:
+    def second_implementations(self, inputs: list[Any], kind: str) -> list[tuple[str, torch.dtype]]:
+        """The runs beside ``native-eager`` that ``kind`` asks for, as (name, CPU dtype).
 
-        - ``"native"``: nothing. The library models use honest runs only to mask honest
+        - ``"native"``: none. The library models use honest runs only to mask honest
           overflows and as a floor, for which the run on the candidate's own device
           suffices; an fp32 CPU run of a KernelBench-sized reference would cost more than
           everything else in a device-mode verification.
-        - ``"independent"``: ``cpu-fp32`` too, when it differs from the native run (another
+        - ``"independent"``: ``cpu-fp32``, when it differs from the native run (another
           device or dtype). The ensemble error model needs that second evaluation.
-        - ``"classes"``: ``cpu-fp64`` too, in device mode: a second implementation for the
+        - ``"classes"``: ``cpu-fp64``, in device mode: a second implementation for the
           exact class gates, which ask only where implementations disagree on a value's
           class or sign (in CPU mode the oracle itself is that implementation).
         """
         if kind not in ("native", "independent", "classes"):
             raise ValueError(f"unknown kind of honest runs {kind!r}")
-        runs = {"native-eager": self.native(inputs)}
         on_device = self.device.type != "cpu"
         low_precision = any(
             isinstance(t, torch.Tensor)
@@ -95,10 +100,10 @@ class Oracle:
             for t in inputs
         )
         if kind == "independent" and (on_device or low_precision):
-            runs["cpu-fp32"] = self.on_cpu(inputs, torch.float32)
+            return [("cpu-fp32", torch.float32)]
         if kind == "classes" and on_device:
-            runs["cpu-fp64"] = self.on_cpu(inputs, torch.float64)
-        return runs
+            return [("cpu-fp64", torch.float64)]
+        return []
 
     def magnitude(self, inputs: list[Any], entry_name: str) -> tuple[list[Any], int]:
         """Per-output magnitudes and reduction length N for a library entry's error model.
