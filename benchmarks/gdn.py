@@ -24,6 +24,7 @@ import json
 import math
 import platform
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -209,15 +210,20 @@ def main() -> None:
         }
         gated = make_inputs(batch, seq_len, heads, dim_k, dim_v)
         ungated = make_inputs(batch, seq_len, heads, dim_k, dim_v, gated=False)
-        row["ours_gated"] = time_fwd_bwd(ours, gated)
-        row["ours_g0"] = time_fwd_bwd(ours, ungated)
+        report["rows"].append(row)
+        contenders = [("ours_gated", ours, gated), ("ours_g0", ours, ungated)]
         if fla_gated is not None:
-            row["fla_gated"] = time_fwd_bwd(
-                lambda q, k, v, g, b: fla_gated(q, k, v, g, b)[0], gated
-            )
-            row["fla_delta"] = time_fwd_bwd(
-                lambda q, k, v, g, b: chunk_delta_rule(q, k, v, b)[0], ungated
-            )
+            contenders += [
+                ("fla_gated", lambda q, k, v, g, b: fla_gated(q, k, v, g, b)[0], gated),
+                ("fla_delta", lambda q, k, v, g, b: chunk_delta_rule(q, k, v, b)[0], ungated),
+            ]
+        for name, forward, inputs in contenders:
+            started = time.monotonic()
+            row[name] = time_fwd_bwd(forward, inputs)
+            # first calls compile (fla also autotunes): say how long, and keep what we have,
+            # so a run stopped at a deadline still leaves every finished measurement
+            print(f"T={seq_len} {name}: {time.monotonic() - started:.1f} s", flush=True)
+            out_path.write_text(json.dumps(report, indent=1))
         if seq_len in naive_lens:
             with torch.no_grad():
                 row["naive_fp32_fwd_ms"] = do_bench(
@@ -229,7 +235,6 @@ def main() -> None:
                     return_mode="median",
                 )
         row["ratios"] = ratios(row)
-        report["rows"].append(row)
         out_path.write_text(json.dumps(report, indent=1))
         print_row(row)
         del gated, ungated
