@@ -50,6 +50,22 @@ class AuditOptions:
         return RECORD_LIMIT_BASE + RECORD_LIMIT_PER_TIMEOUT * self.timeout
 
 
+def code_digest() -> str:
+    """SHA-256 (first 12 hex digits) of this kernelgate's own source files.
+
+    Recorded on every row: an audit resumed across sessions can be judged by code that
+    changed in between, and the report says which rows which code judged (the device's
+    copy of the tree has no git history to ask).
+    """
+    import kernelgate
+
+    root = Path(kernelgate.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def work_folder_name(record_id: str) -> str:
     """A file-system-safe, collision-free folder name for a record id."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", record_id).strip("._")[:80] or "record"
@@ -80,6 +96,7 @@ def base_row(record: CorpusRecord) -> dict[str, Any]:
         "seconds": 0.0,
         "replay": None,
         "evidence": None,
+        "judged_with": code_digest(),
     }
 
 

@@ -208,6 +208,9 @@ def summarize(rows: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str,
             "verify_p95_s": _percentile(verify_seconds, 0.95),
         },
         "coverage": coverage,
+        # which kernelgate source (audit.judge.code_digest) judged how many rows; rows of
+        # stores written before the digest was recorded count as "unrecorded"
+        "judged_with": dict(Counter(str(r.get("judged_with", "unrecorded")) for r in rows)),
         "rows": [
             {
                 "id": r["id"],
@@ -481,6 +484,11 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
                 ],
                 ["shapes: dims held fixed (in all contracts)", str(cov["fixed_dims_total"])],
             ],
+        ),
+        (
+            "Judged with (kernelgate source digest)",
+            ["digest", "rows"],
+            [[k, str(v)] for k, v in summary.get("judged_with", {}).items()],
         ),
     ]
     return tables
