@@ -282,6 +282,25 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     rows = json.loads((out / "summary.json").read_text())["rows"]
     assert [row["verdict"] for row in rows if row["id"] == "honest"] == [EXPECTED["honest"][0]]
     assert sorted(row["id"] for row in rows) == sorted(names)
+    # --rejudge GATE judges again the records that gate failed (after a change to it)
+    rejudged = kernelgate(
+        "audit",
+        str(corpus),
+        "--out",
+        str(out),
+        "--timeout",
+        TIMEOUT,
+        "--resume",
+        "--rejudge",
+        "EXC-01",
+    )
+    assert rejudged.returncode == 0, rejudged.stderr
+    assert "3 already in the store" in " ".join(rejudged.stderr.split())  # nan_swallow forgot
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert sorted(row["id"] for row in rows) == sorted(names)
+    assert "EXC-01" in next(r for r in rows if r["id"] == "nan_swallow")["failed_gates"]
+    unknown = kernelgate("audit", str(corpus), "--out", str(out), "--resume", "--rejudge", "X-9")
+    assert unknown.returncode == 2 and "unknown gate" in unknown.stderr
     # a resume on other records (the corpus changed) is refused, naming what differs
     (corpus / "honest" / "candidate.py").write_text("# changed\n")
     refused = kernelgate("audit", str(corpus), "--out", str(out), "--resume")

@@ -250,6 +250,14 @@ def audit_command(
             "--retry-errors", help="with --resume: judge again the records whose row is error"
         ),
     ] = False,
+    rejudge: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--rejudge",
+            help="with --resume: judge again the records that GATE failed (after a change "
+            "to that gate); repeatable",
+        ),
+    ] = None,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="audit only the first N records")
     ] = None,
@@ -270,6 +278,7 @@ def audit_command(
         ray_address=ray_address,
         resume=resume,
         retry_errors=retry_errors,
+        rejudge=rejudge or [],
         limit=limit,
         timeout=timeout,
         console=console,

@@ -20,6 +20,7 @@ from kernelgate.audit.report import write_report
 from kernelgate.audit.store import STORE_NAME, ResultStore
 from kernelgate.errors import KernelgateError
 from kernelgate.formats.corpus import detect_format, read_corpus
+from kernelgate.gates import GATE_IDS
 
 
 @dataclass
@@ -80,6 +81,7 @@ def run_audit(
     ray_address: str | None = None,
     resume: bool = False,
     retry_errors: bool = False,
+    rejudge: tuple[str, ...] = (),
     limit: int | None = None,
     timeout: float = 60.0,
     seed: int = 0,
@@ -90,6 +92,11 @@ def run_audit(
     from kernelgate.pipeline import resolve_device
 
     device = resolve_device(device)
+    unknown = sorted(set(rejudge) - set(GATE_IDS))
+    if unknown:
+        raise KernelgateError(f"unknown gate(s) for --rejudge: {', '.join(unknown)}")
+    if (rejudge or retry_errors) and not resume:
+        raise KernelgateError("--retry-errors and --rejudge act on a store: add --resume")
     resolved_format = detect_format(source) if fmt == "auto" else fmt
     records = read_corpus(source, resolved_format, problems=problems)
     if limit is not None:
@@ -112,6 +119,8 @@ def run_audit(
     try:
         if retry_errors:  # a judge killed for memory, say: the candidate was never judged
             store.forget(store.error_ids())
+        for gate in rejudge:  # that gate changed since those rows were judged
+            store.forget(store.failed_ids(gate))
         done = store.done_ids()
         position = {record.id: index for index, record in enumerate(records)}
         todo = [r for r in records if r.id not in done]

@@ -95,6 +95,17 @@ class ResultStore:
             )
         }
 
+    def failed_ids(self, gate: str) -> set[str]:
+        """Records whose row lists ``gate`` among its failed gates."""
+        return {
+            r[0]
+            for r in self._db.execute(
+                "SELECT rows.id FROM rows, json_each(rows.data, '$.failed_gates') AS failed"
+                " WHERE failed.value = ?",
+                (gate,),
+            )
+        }
+
     def forget(self, ids: set[str]) -> None:
         """Drop the rows of ``ids`` in one transaction, so they are judged again."""
         with self._transaction():
