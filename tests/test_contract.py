@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelgate.contract import CONTRACT_SCHEMA, Contract, derive_contract, load_contract
 from kernelgate.contract.spec import Dim, Layout, TensorSpec
 from kernelgate.errors import ContractError
 from kernelgate.formats.kernelbench import load_reference
 
-from .conftest import SOFTMAX
+from .conftest import DATA, SOFTMAX
 
 FIXED_SIZE_REFERENCE = """
 import torch
@@ -118,3 +119,40 @@ def test_value_ranges_fold_finite_values_and_keep_specials() -> None:
     assert folded[:4].tolist() == [0.5, 0.25, 0.5, 0.75]
     assert torch.isnan(folded[4]) and folded[5] == float("inf") and folded[6] == float("-inf")
     assert fold_into_range(x, None, 0.0)[:4].tolist() == [-3.5, -0.25, -0.5, -2.75]
+
+
+def test_zero_structure_of_the_reference_inputs_is_part_of_the_domain() -> None:
+    """Inputs that get_inputs() builds triangular stay triangular in every generated case,
+    so a candidate that relies on it (as KernelBench's triangular-matmul problems allow) is
+    judged on the problem it was given."""
+    from kernelgate.inputs.distributions import impose_structure, structure_of
+
+    contract = derive_contract(load_reference(DATA / "triu_matmul_reference.py"))
+    assert [spec.structure for spec in contract.inputs] == ["upper-triangular"] * 2
+    assert Contract.from_dict(contract.to_dict()).inputs[0].structure == "upper-triangular"
+    plain = derive_contract(load_reference(SOFTMAX / "reference.py"))
+    assert all(spec.structure is None for spec in plain.inputs)
+    x = torch.randn(6, 6)
+    assert structure_of([x.tril(), x.tril()]) == "lower-triangular"
+    assert structure_of([x, x.triu()]) is None  # one sample is not triangular
+    assert structure_of([torch.eye(6)]) is None  # diagonal: both, left alone
+    assert torch.equal(impose_structure(x, "upper-triangular"), x.triu())
+
+
+def test_a_candidate_relying_on_declared_structure_is_verified(tmp_path: Path) -> None:
+    import json
+
+    import kernelgate
+    from kernelgate.contract.derive import contract_for
+
+    reference, candidate = DATA / "triu_matmul_reference.py", DATA / "triu_matmul_candidate.py"
+    verdict = kernelgate.verify(reference, candidate, device="cpu")
+    failed = [(g.id, g.reason) for g in verdict.gates if g.status.value == "fail"]
+    assert verdict.verdict.value == "verified", failed
+    # the same contract without the structure admits full matrices, and the candidate fails
+    unstructured = contract_for(load_reference(reference)).to_dict()
+    for spec in unstructured["inputs"]:
+        spec["structure"] = None
+    (tmp_path / "contract.json").write_text(json.dumps(unstructured))
+    verdict = kernelgate.verify(reference, candidate, tmp_path / "contract.json", device="cpu")
+    assert verdict.verdict.value == "rejected" and "CMP-01" in verdict.failed_gates

@@ -85,6 +85,10 @@ class TensorSpec(Serializable):
     # [lo, hi] (either may be None): generated values are folded into this interval, for
     # inputs whose meaning restricts them (a log-decay <= 0, a gate in [0, 1]).
     value_range: list[float | None] | None = None
+    # A zero pattern every input the reference makes has ("upper-triangular": zero below
+    # the diagonal of the last two dims; "lower-triangular": above it): generated values
+    # keep those zeros, since a problem built on triangular matrices is not about others.
+    structure: str | None = None
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 
 from kernelgate.contract.spec import Contract, ExceptionalPolicy
-from kernelgate.inputs.distributions import draw, fold_into_range
+from kernelgate.inputs.distributions import draw, fold_into_range, impose_structure
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
 from kernelgate.oracle.error_models import (
     Assessment,
@@ -191,13 +191,16 @@ class GateContext:
         return draw(distribution, seed, shape, dtype, self.oracle.device)
 
     def conform(self, index: int, values: torch.Tensor) -> torch.Tensor:
-        """Fold generated values of input ``index`` into the contract's value range, if any."""
+        """Generated values of input ``index`` admitted to the contract's domain: folded into
+        its value range and given its zero structure, where it has them."""
         specs = self.contract.inputs
         spec = specs[index] if index < len(specs) else None
-        value_range = getattr(spec, "value_range", None)
-        if not value_range or not values.is_floating_point():
+        if not values.is_floating_point():
             return values
-        return fold_into_range(values, *value_range)
+        value_range = getattr(spec, "value_range", None)
+        if value_range:
+            values = fold_into_range(values, *value_range)
+        return impose_structure(values, getattr(spec, "structure", None))
 
     def sized_case(
         self, label: str, seed: int, sizes: dict[str, int], distribution: str = "normal"

@@ -116,3 +116,34 @@ def fold_into_range(values: torch.Tensor, lo: float | None, hi: float | None) ->
     # Injected NaN and Inf (EXC-01) are the point of their case: folding would turn Inf
     # into NaN, so non-finite values pass through unchanged.
     return torch.where(torch.isfinite(original), x, original).to(values.dtype)
+
+
+STRUCTURES = ("upper-triangular", "lower-triangular")
+
+
+def structure_of(samples: list[torch.Tensor]) -> str | None:
+    """The zero pattern all ``samples`` of one input share, if it is one of ``STRUCTURES``.
+
+    Exact zeros on one side of the diagonal of every sample (and nonzeros elsewhere) do not
+    happen by chance in floating draws: they are how the reference builds its inputs.
+    """
+    if not samples or any(s.dim() < 2 or not s.is_floating_point() for s in samples):
+        return None
+    if any(min(s.shape[-2:]) < 4 or not bool(s.any()) for s in samples):
+        return None
+    upper = all(torch.equal(s, s.triu()) for s in samples)
+    lower = all(torch.equal(s, s.tril()) for s in samples)
+    if upper != lower:  # both: diagonal (or zero), left as it is
+        return "upper-triangular" if upper else "lower-triangular"
+    return None
+
+
+def impose_structure(values: torch.Tensor, structure: str | None) -> torch.Tensor:
+    """``values`` with the zeros of ``structure`` (see ``structure_of``) written in."""
+    if structure is None or values.dim() < 2:
+        return values
+    if structure == "upper-triangular":
+        return values.triu()
+    if structure == "lower-triangular":
+        return values.tril()
+    raise ValueError(f"unknown input structure {structure!r}; known: {', '.join(STRUCTURES)}")
