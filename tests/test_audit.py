@@ -184,6 +184,9 @@ def test_audit_writes_a_complete_report(
     assert summary["gates"]["EXC-01"]["fail"] == 1
     assert summary["compile"]["loaded"] == 4 and summary["compile"]["attempted"] == 6
     assert summary["time"]["median_s"] > 0 and summary["coverage"]["dtypes"]["float32"] == 4
+    throughput = summary["throughput"]
+    assert throughput["runs"] == 1 and throughput["rows_without_run"] == 0
+    assert throughput["judged_in_timed_runs"] == 6 and throughput["judged_per_hour"] > 0
     # every rejected record has a replay command that names its files
     replay = by_id["nan_swallow"]["gate_replays"]["EXC-01"]
     assert replay.startswith("kernelgate verify ") and "--only EXC-01" in replay
@@ -265,6 +268,8 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     assert {row["id"]: row["verdict"] for row in summary["rows"]} == {
         name: EXPECTED[name][0] for name in names
     }
+    # both audit processes are in the run log, and every row belongs to one of them
+    assert summary["throughput"]["runs"] == 2 and summary["throughput"]["rows_without_run"] == 0
     # the report can be rebuilt from the store alone, without judging anything
     (out / "summary.json").unlink()
     rebuilt = kernelgate("audit-report", str(out))

@@ -91,7 +91,37 @@ def defects(row: dict[str, Any]) -> list[str]:
     return list(row["failed_gates"]) or ([row["stage"]] if row.get("stage") else ["other"])
 
 
-def summarize(rows: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+def throughput(runs: list[dict[str, Any]], records: int) -> dict[str, Any]:
+    """Judged records per hour of audit wall time, over the runs the store recorded.
+
+    A run's wall time is from its start to its last row (a run killed at a deadline has no
+    end of its own); rows of stores older than the run log are not covered.
+    """
+    timed = [r for r in runs if r.get("last_row") and r["judged"]]
+    hours = sum(max(r["last_row"] - r["started"], 0.0) for r in timed) / 3600
+    judged = sum(r["judged"] for r in timed)
+    return {
+        "runs": len(runs),
+        "judged_in_timed_runs": judged,
+        "rows_in_timed_runs": sum(r["rows"] for r in timed),
+        "rows_without_run": records - sum(r["rows"] for r in runs),
+        "wall_hours": round(hours, 4),
+        "judged_per_hour": round(judged / hours, 1) if hours else None,
+        "per_run": [
+            {
+                "run": r["run"],
+                "workers": r.get("workers"),
+                "judged": r["judged"],
+                "wall_s": round(r["last_row"] - r["started"], 1) if r.get("last_row") else None,
+            }
+            for r in runs
+        ],
+    }
+
+
+def summarize(
+    rows: list[dict[str, Any]], settings: dict[str, Any], runs: list[dict[str, Any]] = ()
+) -> dict[str, Any]:
     """Every figure of the report, as JSON-ready data (also written as summary.json)."""
     loaded = [r for r in rows if r.get("stage") == "gates"]
     attempted = [
@@ -207,6 +237,7 @@ def summarize(rows: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str,
             "verify_median_s": statistics.median(verify_seconds) if verify_seconds else None,
             "verify_p95_s": _percentile(verify_seconds, 0.95),
         },
+        "throughput": throughput(list(runs), len(rows)),
         "coverage": coverage,
         # which kernelgate source (audit.judge.code_digest) judged how many rows; rows of
         # stores written before the digest was recorded count as "unrecorded"
@@ -465,6 +496,19 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
             ],
         ),
         (
+            "Throughput (judged records per hour of audit wall time)",
+            ["runs", "judged", "wall hours", "per hour", "rows from before the run log"],
+            [
+                [
+                    str(summary["throughput"]["runs"]),
+                    str(summary["throughput"]["judged_in_timed_runs"]),
+                    _fmt(summary["throughput"]["wall_hours"]),
+                    _fmt(summary["throughput"]["judged_per_hour"]),
+                    str(summary["throughput"]["rows_without_run"]),
+                ]
+            ],
+        ),
+        (
             "Contract coverage",
             ["aspect", "counts"],
             [
@@ -598,10 +642,13 @@ def _html(summary: dict[str, Any], images: dict[str, bytes]) -> str:
 
 
 def write_report(
-    out_dir: Path, rows: list[dict[str, Any]], settings: dict[str, Any]
+    out_dir: Path,
+    rows: list[dict[str, Any]],
+    settings: dict[str, Any],
+    runs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write summary.json, report.md, report.html and the plot PNGs; return the summary."""
-    summary = summarize(rows, settings)
+    summary = summarize(rows, settings, runs or [])
     images = _plots(summary, rows)
     for name, png in images.items():
         (out_dir / f"{name}.png").write_bytes(png)

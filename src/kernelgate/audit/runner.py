@@ -64,7 +64,7 @@ def write_report_from_store(out_dir: Path) -> dict[str, Any]:
         raise KernelgateError(f"{out_dir} holds no audit store ({STORE_NAME}); run an audit first")
     store = ResultStore(out_dir / STORE_NAME)
     try:
-        return write_report(out_dir, store.rows(), store.settings())
+        return write_report(out_dir, store.rows(), store.settings(), store.runs())
     finally:
         store.close()
 
@@ -129,6 +129,8 @@ def run_audit(
                 AuditPlan(len(records), len(records) - len(todo), resolved_format, pool.description)
             )
         options = AuditOptions(str(out_dir.resolve()), device=device, timeout=timeout, seed=seed)
+        if todo:
+            store.begin_run({"workers": pool.workers, "executor": pool.description})
         for record in (r for r in todo if r.unreadable is not None):
             row = unreadable_row(record)
             store.put(position[record.id], row)
@@ -139,7 +141,7 @@ def run_audit(
             store.put(position[record.id], row)
             if on_row is not None:
                 on_row(row)
-        summary = write_report(out_dir, store.rows(), settings)
+        summary = write_report(out_dir, store.rows(), settings, store.runs())
         return AuditOutcome(len(records), len(todo), out_dir, summary)
     finally:
         store.close()

@@ -37,6 +37,16 @@ class ResultStore:
                 "CREATE TABLE IF NOT EXISTS rows (id TEXT PRIMARY KEY, position INTEGER NOT NULL,"
                 " finished REAL NOT NULL, data TEXT NOT NULL)"
             )
+            # One line per audit process that judged into this store: when it started and
+            # with what, so throughput holds across resumes (a killed run has no end time;
+            # its last row's time stands in for it).
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS runs (run INTEGER PRIMARY KEY AUTOINCREMENT,"
+                " started REAL NOT NULL, info TEXT NOT NULL)"
+            )
+            if "run" not in {c[1] for c in self._db.execute("PRAGMA table_info(rows)")}:
+                self._db.execute("ALTER TABLE rows ADD COLUMN run INTEGER")  # older stores
+        self.run: int | None = None
 
     @classmethod
     def open(cls, out_dir: Path, *, resume: bool, settings: dict[str, Any]) -> ResultStore:
@@ -111,13 +121,42 @@ class ResultStore:
         with self._transaction():
             self._db.executemany("DELETE FROM rows WHERE id = ?", [(i,) for i in sorted(ids)])
 
+    def begin_run(self, info: dict[str, Any]) -> None:
+        """Record that an audit process starts judging into this store (see ``runs``)."""
+        with self._transaction():
+            cursor = self._db.execute(
+                "INSERT INTO runs (started, info) VALUES (?, ?)", (time.time(), json.dumps(info))
+            )
+            self.run = cursor.lastrowid
+
     def put(self, position: int, row: dict[str, Any]) -> None:
         """Commit one finished record. A second row for the same id is refused by the key."""
         with self._transaction():
             self._db.execute(
-                "INSERT INTO rows (id, position, finished, data) VALUES (?, ?, ?, ?)",
-                (row["id"], position, time.time(), json.dumps(row)),
+                "INSERT INTO rows (id, position, finished, data, run) VALUES (?, ?, ?, ?, ?)",
+                (row["id"], position, time.time(), json.dumps(row), self.run),
             )
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Each audit run: start, its settings of the moment, rows it judged, last row time."""
+        out = []
+        for run, started, info in self._db.execute("SELECT run, started, info FROM runs"):
+            count, judged, last = self._db.execute(
+                "SELECT COUNT(*), SUM(json_extract(data, '$.verdict') != 'unreadable'),"
+                " MAX(finished) FROM rows WHERE run = ?",
+                (run,),
+            ).fetchone()
+            out.append(
+                {
+                    "run": run,
+                    "started": started,
+                    **json.loads(info),
+                    "rows": count,
+                    "judged": judged or 0,
+                    "last_row": last,
+                }
+            )
+        return out
 
     def rows(self) -> list[dict[str, Any]]:
         """Every row, in corpus order."""
