@@ -76,3 +76,29 @@ def test_peer_gone_and_timeout() -> None:
     with pytest.raises(wire.PeerGone):
         wire.recv_frame(read_fd, deadline=time.monotonic() + 1)
     os.close(read_fd)
+
+
+def test_side_effects_cross_the_wire_only_when_asked(tmp_path) -> None:
+    """Input storages after the call and the call's allocations are MEM-01's evidence; every
+    other call brings back its outputs alone (at KernelBench sizes the rest was most of the
+    bytes)."""
+    from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
+    from kernelgate.sandbox.session import WorkerSession
+
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(
+        "import torch\n\nclass ModelNew(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return (x * 2).relu() + 1\n"
+    )
+    placed = PlacedTensor.place(torch.randn(4, 8))
+    with WorkerSession(candidate, [], timeout=60) as session:
+        results = {
+            asked: session.call(
+                [placed.as_wire()], poison=POISONS[0], guard_bytes=GUARD_BYTES, side_effects=asked
+            )
+            for asked in (False, True)
+        }
+    assert results[False].inputs_after == [] and results[False].allocations == []
+    assert len(results[True].inputs_after) == 1  # (CPU allocations are not guarded: none)
+    for result in results.values():
+        assert torch.equal(result.outputs.view(), (placed.view() * 2).relu() + 1)

@@ -427,8 +427,13 @@ class GateContext:
         hold_bytes: int = 0,
         reuse_inputs: bool = False,
         place: Any = None,
+        side_effects: bool = False,
     ) -> Run:
-        """Place ``case`` in guarded storages and run the candidate on it once."""
+        """Place ``case`` in guarded storages and run the candidate on it once.
+
+        ``side_effects`` brings back the inputs after the call and the call's allocations
+        (see ``WorkerSession.call``); only MEM-01 judges them.
+        """
         self.admit(case)
         placer = place or (lambda v: PlacedTensor.place(v, poison=poison))
         placed = [placer(v) if isinstance(v, torch.Tensor) else v for v in case.values]
@@ -442,6 +447,7 @@ class GateContext:
                 guard_bytes=GUARD_BYTES,
                 hold_bytes=hold_bytes,
                 reuse_inputs=reuse_inputs,
+                side_effects=side_effects,
             )
         except ExecutionIncident as incident:
             self.incidents.append(

@@ -22,7 +22,8 @@ class SideEffectsGate(Gate):
         in_place = set(ctx.contract.postcondition.in_place)
         names = [getattr(spec, "name", f"arg{i}") for i, spec in enumerate(ctx.contract.inputs)]
         runs = [
-            ctx.run(self.id, case, poison=p, hold_bytes=h) for p, h in zip(POISONS, (0, 8192 + 64))
+            ctx.run(self.id, case, poison=p, hold_bytes=h, side_effects=True)
+            for p, h in zip(POISONS, (0, 8192 + 64))
         ]
         for run in runs:
             findings = self._input_findings(run, names, in_place)

@@ -208,8 +208,14 @@ class WorkerSession:
         guard_bytes: int,
         hold_bytes: int = 0,
         reuse_inputs: bool = False,
+        side_effects: bool = True,
     ) -> CallResult:
-        """Run ``ModelNew.forward(*inputs)`` once; raise ExecutionIncident if it misbehaves."""
+        """Run ``ModelNew.forward(*inputs)`` once; raise ExecutionIncident if it misbehaves.
+
+        ``side_effects``: also bring back the input storages after the call and every
+        guarded allocation the call made (MEM-01's evidence). Without it only the outputs
+        cross the wire: at KernelBench sizes those extra storages were most of the bytes.
+        """
         if not self.alive:
             self.start()
         blobs: list[bytes] = []
@@ -220,6 +226,7 @@ class WorkerSession:
             "guard_bytes": guard_bytes,
             "hold_bytes": hold_bytes,
             "reuse_inputs": reuse_inputs,
+            "side_effects": side_effects,
         }
         self.calls += 1
         started = time.monotonic()

@@ -207,10 +207,13 @@ class Worker:
         reply: dict[str, Any] = {"ok": True, "outputs": encoded}
         try:
             reply["kernels"] = self.recorder.drain()
-            reply["inputs_after"] = [_encode_value(s, out_blobs) for s in storages]
+            side_effects = bool(header.get("side_effects", True))
+            reply["inputs_after"] = (
+                [_encode_value(s, out_blobs) for s in storages] if side_effects else []
+            )
             reply["allocations"] = [
                 _encode_value(a.base, out_blobs) | {"guard": a.guard, "extent": a.extent}
-                for a in self.allocator.allocations
+                for a in (self.allocator.allocations if side_effects else [])
             ]
         except BaseException as exc:
             self._fail("encode", exc)
