@@ -337,3 +337,29 @@ def test_ray_executor_matches_local(
     local = json.loads((local_audit[0] / "summary.json").read_text())
     remote = json.loads((out / "summary.json").read_text())
     assert outcomes(remote) == outcomes(local)
+
+
+def test_a_judge_killed_from_outside_is_judged_again_alone(tmp_path: Path) -> None:
+    """The OOM killer takes a judge when several big records meet: its record is judged once
+    more after the others, with the machine to itself, and keeps an error row only if that
+    fails too (here the reference kills its judge every time)."""
+    corpus = write_pairs(tmp_path / "corpus", ["honest"])
+    counter = tmp_path / "judge-starts.txt"
+    killer = corpus / "killed"
+    killer.mkdir()
+    (killer / "reference.py").write_text(
+        "import os, signal, sys\n"
+        "if sys.argv[0].endswith('judge.py'):  # the judge process, not the old check's\n"
+        f"    open({str(counter)!r}, 'a').write('start\\n')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n" + REFERENCE
+    )
+    (killer / "candidate.py").write_text(CANDIDATES["honest"])
+    out = tmp_path / "out"
+    result = kernelgate(
+        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {row["id"]: row for row in json.loads((out / "summary.json").read_text())["rows"]}
+    assert rows["honest"]["verdict"] == EXPECTED["honest"][0]
+    assert rows["killed"]["verdict"] == "error" and "signal 9" in rows["killed"]["reason"]
+    assert counter.read_text().count("start") == 2  # in the pool, then alone

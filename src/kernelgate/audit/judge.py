@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -108,8 +109,21 @@ def unreadable_row(record: CorpusRecord) -> dict[str, Any]:
     }
 
 
-def error_row(record: CorpusRecord, reason: str, seconds: float) -> dict[str, Any]:
-    return base_row(record) | {"verdict": ERROR, "reason": reason, "seconds": round(seconds, 2)}
+def error_row(
+    record: CorpusRecord, reason: str, seconds: float, judge_exit: int | None = None
+) -> dict[str, Any]:
+    return base_row(record) | {
+        "verdict": ERROR,
+        "reason": reason,
+        "seconds": round(seconds, 2),
+        "judge_exit": judge_exit,  # the judge process's exit status, where it died
+    }
+
+
+def killed_by_the_system(row: dict[str, Any]) -> bool:
+    """Whether the record's judge died of SIGKILL from outside (the OOM killer, mostly):
+    the record was never judged, and may well be judged alone later."""
+    return row.get("verdict") == ERROR and row.get("judge_exit") == -signal.SIGKILL
 
 
 # -- the parent's side -----------------------------------------------------------------------
@@ -172,6 +186,7 @@ def judge_isolated(
             record,
             f"judge process {how} without a result ({exc})" + (f": {last[-1]}" if last else ""),
             time.monotonic() - started,
+            judge_exit=code,
         )
 
 

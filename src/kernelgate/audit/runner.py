@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from kernelgate.audit.executors import make_executor
-from kernelgate.audit.judge import AuditOptions, unreadable_row
+from kernelgate.audit.judge import AuditOptions, killed_by_the_system, unreadable_row
 from kernelgate.audit.report import write_report
 from kernelgate.audit.store import STORE_NAME, ResultStore
 from kernelgate.errors import KernelgateError
-from kernelgate.formats.corpus import detect_format, read_corpus
+from kernelgate.formats.corpus import CorpusRecord, detect_format, read_corpus
 from kernelgate.gates import GATE_IDS
 
 
@@ -137,10 +137,23 @@ def run_audit(
             if on_row is not None:
                 on_row(row)
         readable = [r for r in todo if r.unreadable is None]
+        alone: list[CorpusRecord] = []  # judges killed from outside, beside other judges
         for record, row in pool.judge_all(readable, options):
+            if killed_by_the_system(row) and pool.workers > 1:
+                alone.append(record)  # no row yet: a resume would judge it again anyway
+                continue
             store.put(position[record.id], row)
             if on_row is not None:
                 on_row(row)
+        if alone:  # once more, one at a time, with the machine to themselves
+            solo = make_executor(executor, workers=1, device=device, ray_address=ray_address)
+            try:
+                for record, row in solo.judge_all(alone, options):
+                    store.put(position[record.id], row | {"judged_alone": True})
+                    if on_row is not None:
+                        on_row(row)
+            finally:
+                solo.close()
         summary = write_report(out_dir, store.rows(), settings, store.runs())
         return AuditOutcome(len(records), len(todo), out_dir, summary)
     finally:
