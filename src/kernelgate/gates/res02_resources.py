@@ -122,6 +122,10 @@ class ResourcesGate(Gate):
                             "spill_bytes": k["stack_bytes"] + k["local_bytes"],
                             "shared_bytes": k["static_shared_bytes"],
                             "stack_bytes": k["stack_bytes"],
+                            "local_memory_bytes": k["local_bytes"],
+                            "spill_source": "cuobjdump's STACK + LOCAL, all counted as spills "
+                            "(no PTX to ask ptxas about; it includes any stack frame and local "
+                            "arrays), erring towards failure",
                         }
                     )
         if interpreted:
