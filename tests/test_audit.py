@@ -363,3 +363,30 @@ def test_a_judge_killed_from_outside_is_judged_again_alone(tmp_path: Path) -> No
     assert rows["honest"]["verdict"] == EXPECTED["honest"][0]
     assert rows["killed"]["verdict"] == "error" and "signal 9" in rows["killed"]["reason"]
     assert counter.read_text().count("start") == 2  # in the pool, then alone
+
+
+def test_a_record_out_of_device_memory_beside_others_is_judged_again_alone(
+    tmp_path: Path,
+) -> None:
+    """CUDA's out-of-memory error beside other judges on one GPU may be theirs: the record
+    is judged once more alone, and that verdict stands (here the candidate raises it always,
+    so it is rejected by RES-01 either way)."""
+    corpus = write_pairs(tmp_path / "corpus", ["honest"])
+    greedy = corpus / "greedy"
+    greedy.mkdir()
+    (greedy / "reference.py").write_text(REFERENCE)
+    (greedy / "candidate.py").write_text(
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2 GiB')\n"
+    )
+    out = tmp_path / "out"
+    result = kernelgate(
+        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"
+    )
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(out / STORE_NAME) as db:
+        rows = {i: json.loads(d) for i, d in db.execute("SELECT id, data FROM rows")}
+    assert rows["greedy"]["judged_alone"] and rows["greedy"]["device_memory_incident"]
+    assert rows["greedy"]["verdict"] == "rejected" and "RES-01" in rows["greedy"]["failed_gates"]
+    assert not rows["honest"].get("judged_alone") and rows["honest"]["verdict"] == "verified"

@@ -126,6 +126,20 @@ def killed_by_the_system(row: dict[str, Any]) -> bool:
     return row.get("verdict") == ERROR and row.get("judge_exit") == -signal.SIGKILL
 
 
+def ran_out_of_device_memory(row: dict[str, Any]) -> bool:
+    """Whether a candidate call raised CUDA's out-of-memory error: with other judges on the
+    same GPU that may be theirs, not the candidate's, so the record is judged again alone
+    (where the same error is the candidate's own)."""
+    return bool(row.get("device_memory_incident"))
+
+
+def _device_memory_incident(incidents: list[dict[str, Any]]) -> bool:
+    return any(
+        "OutOfMemoryError" in str(i.get("detail")) or "CUDA out of memory" in str(i.get("detail"))
+        for i in incidents
+    )
+
+
 # -- the parent's side -----------------------------------------------------------------------
 
 
@@ -291,6 +305,9 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
             "contract": contract_coverage(verdict.contract, verdict.environment),
             "verify_seconds": verdict.seconds,
             "evidence": str(evidence),
+            "device_memory_incident": _device_memory_incident(
+                verdict.gate("RES-01").evidence.get("incidents", [])
+            ),
         }
     row["seconds"] = round(time.monotonic() - started, 2)
     return row

@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from kernelgate.audit.executors import make_executor
-from kernelgate.audit.judge import AuditOptions, killed_by_the_system, unreadable_row
+from kernelgate.audit.judge import (
+    AuditOptions,
+    killed_by_the_system,
+    ran_out_of_device_memory,
+    unreadable_row,
+)
 from kernelgate.audit.report import write_report
 from kernelgate.audit.store import STORE_NAME, ResultStore
 from kernelgate.errors import KernelgateError
@@ -137,9 +142,10 @@ def run_audit(
             if on_row is not None:
                 on_row(row)
         readable = [r for r in todo if r.unreadable is None]
-        alone: list[CorpusRecord] = []  # judges killed from outside, beside other judges
+        # judges killed from outside, or out of GPU memory, beside other judges
+        alone: list[CorpusRecord] = []
         for record, row in pool.judge_all(readable, options):
-            if killed_by_the_system(row) and pool.workers > 1:
+            if (killed_by_the_system(row) or ran_out_of_device_memory(row)) and pool.workers > 1:
                 alone.append(record)  # no row yet: a resume would judge it again anyway
                 continue
             store.put(position[record.id], row)
