@@ -234,11 +234,8 @@ def assess_order(
     u_out = unit_roundoff(out_dtype)
     u_acc = unit_roundoff(torch.float32) if accumulate_u is None else accumulate_u
     ref = expected.to(torch.float64)
-    mag = magnitude.to(torch.float64).abs()
-    if tuple(mag.shape) != tuple(ref.shape):
-        mag = mag.expand_as(ref) if mag.dim() <= ref.dim() else ref.abs()
     classes, judged = _honest_agreement(ref, out_dtype, honest)
-    mag, modelled, floor = _order_terms(ref, mag, honest, judged, n, worst_case, u_acc, u_out)
+    mag, modelled, floor = _order_terms(ref, magnitude, honest, judged, n, worst_case, u_acc, u_out)
     c = order_coefficient(n, worst_case)
     bound = _subnormal_floor(ref, torch.maximum(modelled, floor), out_dtype)
     params = {
@@ -273,6 +270,9 @@ def _order_terms(
     u_out: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The order model's magnitude, modelled bound and honest floor, per element."""
+    mag = mag.to(ref.device, torch.float64).abs()
+    if tuple(mag.shape) != tuple(ref.shape):
+        mag = mag.expand_as(ref) if mag.dim() <= ref.dim() else ref.abs()
     # An infinite magnitude (an honest overflow of |terms|) bounds nothing: fall back to |ref|.
     mag = torch.where(torch.isfinite(mag), mag, ref.abs())
     c = order_coefficient(n, worst_case)
@@ -282,6 +282,13 @@ def _order_terms(
     # exceed the probabilistic model, and cuBLAS running the reference does the same.
     floor = SAFETY.ensemble * _honest_error(ref, honest, judged)
     return mag, modelled, floor
+
+
+def accumulate_unit_roundoff(params: dict[str, Any]) -> float:
+    """The unit roundoff an ``order`` contract promises its reductions in (TF32 or a dtype)."""
+    if params.get("tf32"):
+        return TF32_UNIT_ROUNDOFF
+    return unit_roundoff(getattr(torch, str(params.get("accumulate_dtype", "float32"))))
 
 
 def admissible_error(
@@ -315,14 +322,9 @@ def admissible_error(
         scale = ref.abs() if magnitude is None or recipe == "output" else magnitude.abs()
         return SAFETY.elementwise_units * u * scale.to(torch.float64)
     if model == "order":
-        if params.get("tf32"):
-            u_acc = TF32_UNIT_ROUNDOFF
-        else:
-            u_acc = unit_roundoff(getattr(torch, str(params.get("accumulate_dtype", "float32"))))
-        mag = (ref.abs() if magnitude is None else magnitude.to(torch.float64).abs()).to(ref.device)
-        if tuple(mag.shape) != tuple(ref.shape):
-            mag = mag.expand_as(ref) if mag.dim() <= ref.dim() else ref.abs()
+        mag = ref.abs() if magnitude is None else magnitude
         worst_case = params.get("bound") == "worst-case"
+        u_acc = accumulate_unit_roundoff(params)
         _, modelled, floor = _order_terms(ref, mag, honest, judged, n, worst_case, u_acc, u)
         return torch.maximum(modelled, floor)
     raise ValueError(f"unknown error model {model!r} (known: ensemble, elementwise, order)")
@@ -348,12 +350,6 @@ def assess_with(
             expected, actual, honest, scale=scale, scale_name="|ref|" if scale is None else recipe
         )
     if model == "order":
-        if params.get("tf32"):
-            accumulate_u = TF32_UNIT_ROUNDOFF
-        else:
-            accumulate_u = unit_roundoff(
-                getattr(torch, str(params.get("accumulate_dtype", "float32")))
-            )
         return assess_order(
             expected,
             actual,
@@ -361,7 +357,7 @@ def assess_with(
             magnitude=expected.abs() if magnitude is None else magnitude,
             n=n,
             worst_case=params.get("bound") == "worst-case",
-            accumulate_u=accumulate_u,
+            accumulate_u=accumulate_unit_roundoff(params),
             magnitude_name=recipe,
         )
     raise ValueError(f"unknown error model {model!r} (known: ensemble, elementwise, order)")
