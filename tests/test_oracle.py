@@ -52,3 +52,34 @@ def test_value_classes_and_bitwise() -> None:
     ]
     assert bitwise_mismatches(torch.tensor([0.0]), torch.tensor([-0.0])) == [(0,)]
     assert bitwise_mismatches(t, t.clone()) == []
+
+
+def test_an_assessment_moves_to_the_cpu_when_the_device_is_full(monkeypatch) -> None:
+    """The judges of an audit share one GPU: an assessment that finds it full runs on the
+    CPU instead, says so, and reaches the same verdict."""
+    from kernelgate.contract.derive import contract_for
+    from kernelgate.gates.base import GateContext
+
+    program = load_reference(SOFTMAX / "reference.py")
+    oracle = Oracle(program)
+    ctx = GateContext(
+        contract=contract_for(program), oracle=oracle, session=None, seed=0, replay=[]
+    )
+    case = ctx.drawn_case("normal", 1)
+    actual = ctx.expected(case)[0].float()  # the exact result, rounded: passes
+    ctx.native(case)
+    ctx.magnitude(case)  # oracle results cached, so only the assessment sees the "device"
+    monkeypatch.setattr(oracle, "device", torch.device("meta"))
+    tried: list[str] = []
+    assess_on = GateContext._assess_on
+
+    def full_device(self, device, *args):
+        tried.append(device.type)
+        if device.type == "meta":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return assess_on(self, device, *args)
+
+    monkeypatch.setattr(GateContext, "_assess_on", full_device)
+    assessment = ctx.assess(case, 0, actual)
+    assert tried == ["meta", "cpu"]
+    assert assessment.passed and assessment.params["judged_on"].startswith("cpu")
