@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import platform
 import subprocess
 from dataclasses import dataclass, field
@@ -73,6 +74,8 @@ def environment(device: str, oracle_device: str) -> dict[str, Any]:
         "triton_interpreter": device == "cpu",
         "oracle_device": oracle_device,
         "oracle_dtype": "float64",
+        # when: evidence copied off a device is data of that day's toolchain and code
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name()
