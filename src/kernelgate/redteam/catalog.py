@@ -100,6 +100,12 @@ DEFECTS: tuple[Entry, ...] = (
         "row sum accumulated in fp16 behind fp32 inputs and outputs",
         ("PRC-02",),
     ),
+    _d(
+        "truncated_mantissa_loads",
+        "row_sum",
+        "row sum of inputs cut to 13 fraction bits, accumulated in fp32 (~3x the order bound)",
+        ("PRC-02", "CMP-01", "CMP-03"),
+    ),
     _d("bf16_downcast", "gelu", "computes in bf16 behind fp32 I/O", ("PRC-01", "CMP-01")),
     _d(
         "tf32_matmul",
