@@ -285,7 +285,7 @@ class GateContext:
         return self.honest(case, independent=False)["native-eager"]
 
     def honest(self, case: Case, *, independent: bool | None = None) -> dict[str, list[Any]]:
-        """Honest evaluations of the reference on ``case`` (see ``Oracle.honest``).
+        """Honest evaluations of the reference on ``case`` (``Oracle.second_implementations``).
 
         ``independent`` asks for the fp32 CPU run beside the native one; by default only the
         ensemble error model gets it.
@@ -295,7 +295,7 @@ class GateContext:
         return self._honest_runs(case, "independent" if independent else "native")
 
     def honest_classes(self, case: Case) -> dict[str, list[Any]]:
-        """Honest evaluations for the exact class gates (EXC-01/02; see ``Oracle.honest``).
+        """Honest evaluations for the exact class gates (EXC-01/02, ``classes`` runs).
 
         Where PyTorch's own implementations disagree (the sign of relu(-0.0) is +0.0 on
         CUDA, -0.0 on the CPU) the reference defines nothing, and such positions are not
@@ -313,13 +313,28 @@ class GateContext:
         runs = {}
         for name, dtype in wanted:
             runs[name] = self._cached(
-                case, f"honest:{name}", functools.partial(_honest_run, oracle, case.values, dtype)
+                case, f"honest:{name}", functools.partial(oracle.honest_run, case.values, dtype)
             )
         return runs
 
     def has_second_implementation(self, case: Case, kind: str) -> bool:
         """Whether ``kind`` adds a run to ``native-eager`` for ``case`` (without running it)."""
         return bool(self.oracle_for(case).second_implementations(case.values, kind))
+
+    def judge_classes(
+        self, case: Case, judge: Callable[[dict[str, list[Any]]], tuple[torch.Tensor, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """``judge(honest runs) -> (judged positions, mismatches)`` for an exact class gate,
+        asking the second implementation (``honest_classes``) only where it could matter.
+
+        A second implementation can only exclude positions, never add a mismatch, so it is
+        consulted only where the native run alone finds one. The flag says whether it was.
+        """
+        agree, bad = judge({"native-eager": self.native(case)})
+        if bad.any() and self.has_second_implementation(case, "classes"):
+            agree, bad = judge(self.honest_classes(case))
+            return agree, bad, True
+        return agree, bad, False
 
     def assess(self, case: Case, output_index: int, actual: torch.Tensor) -> Assessment:
         """Judge one candidate output of ``case`` under the contract's error model.
@@ -331,15 +346,29 @@ class GateContext:
         Where the device has no memory left (an audit's judges share one GPU) the same
         arithmetic runs on the CPU, and the assessment says so.
         """
-        if self.oracle.device.type == "cpu":
-            return self._assess_on(self.oracle.device, case, output_index, actual)
-        try:
-            return self._assess_on(self.oracle.device, case, output_index, actual)
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-        assessment = self._assess_on(torch.device("cpu"), case, output_index, actual)
-        assessment.params["judged_on"] = "cpu (the device was out of memory)"
+        assessment, on_cpu_instead = self._on_device_or_cpu(
+            lambda device: self._assess_on(device, case, output_index, actual)
+        )
+        if on_cpu_instead:
+            assessment.params["judged_on"] = "cpu (the device was out of memory)"
         return assessment
+
+    def _on_device_or_cpu(self, compute: Callable[[torch.device], Any]) -> tuple[Any, bool]:
+        """``compute`` on the oracle's device, or on the CPU where that device is out of
+        memory (an audit's judges share one GPU); the flag says whether it fell back."""
+        if self.oracle.device.type != "cpu":
+            try:
+                return compute(self.oracle.device), False
+            except torch.OutOfMemoryError:
+                torch.cuda.empty_cache()
+            return compute(torch.device("cpu")), True
+        return compute(self.oracle.device), False
+
+    def _magnitude_of(self, case: Case, output_index: int) -> tuple[torch.Tensor | None, int]:
+        """The library entry's magnitude of one output (None: none) and the length N."""
+        magnitudes, n = self.magnitude(case)
+        scale = magnitudes[output_index] if output_index < len(magnitudes) else None
+        return (scale if isinstance(scale, torch.Tensor) else None), n
 
     def _assess_on(
         self, device: torch.device, case: Case, output_index: int, actual: torch.Tensor
@@ -368,16 +397,9 @@ class GateContext:
             honest = {name: on(runs[output_index]) for name, runs in self.honest(case).items()}
             return assess_ensemble(expected, actual, honest)
         honest = {name: on(runs[output_index]) for name, runs in self.honest(case).items()}
-        magnitudes, n = self.magnitude(case)
-        scale = magnitudes[output_index] if output_index < len(magnitudes) else None
+        magnitude, n = self._magnitude_of(case, output_index)
         return assess_with(
-            spec.name,
-            spec.params,
-            expected,
-            actual,
-            honest,
-            magnitude=on(scale) if isinstance(scale, torch.Tensor) else None,
-            n=n,
+            spec.name, spec.params, expected, actual, honest, magnitude=on(magnitude), n=n
         )
 
     def admissible(self, case: Case, output_index: int, out_dtype: torch.dtype) -> torch.Tensor:
@@ -385,27 +407,22 @@ class GateContext:
         under the contract's error model (``error_models.admissible_error``); EXC-02 judges
         classes only where this cannot move a value across a class or sign boundary."""
         spec = self.contract.postcondition.error_model
-        magnitude, n = None, 1
-        if spec.name != "ensemble":
-            magnitudes, n = self.magnitude(case)
-            scale = magnitudes[output_index] if output_index < len(magnitudes) else None
-            magnitude = scale if isinstance(scale, torch.Tensor) else None
+        magnitude, n = self._magnitude_of(case, output_index)  # (None, 1) without an entry
         expected = self.expected(case)[output_index]
         native = self.native(case)[output_index]
-        for device in dict.fromkeys([self.oracle.device, torch.device("cpu")]):
-            try:
-                return admissible_error(
-                    spec.name,
-                    spec.params,
-                    expected.to(device),
-                    out_dtype,
-                    {"native-eager": native.to(device)},
-                    magnitude=None if magnitude is None else magnitude.to(device),
-                    n=n,
-                ).cpu()
-            except torch.OutOfMemoryError:
-                torch.cuda.empty_cache()
-        raise AssertionError("unreachable: the CPU attempt raises or returns")
+
+        def compute(device: torch.device) -> torch.Tensor:
+            return admissible_error(
+                spec.name,
+                spec.params,
+                expected.to(device),
+                out_dtype,
+                {"native-eager": native.to(device)},
+                magnitude=None if magnitude is None else magnitude.to(device),
+                n=n,
+            ).cpu()
+
+        return self._on_device_or_cpu(compute)[0]
 
     def forget_cases(self) -> None:
         """Drop the oracle results cached for earlier cases (between gates).
@@ -526,11 +543,6 @@ class Gate(ABC):
         return self.result(
             Status.FAIL, reason, counterexample=counterexample, evidence=evidence or {}
         )
-
-
-def _honest_run(oracle: Oracle, values: list[Any], cpu_dtype: torch.dtype | None) -> list[Any]:
-    """The native run (``cpu_dtype`` None) or the reference on the CPU in ``cpu_dtype``."""
-    return oracle.native(values) if cpu_dtype is None else oracle.on_cpu(values, cpu_dtype)
 
 
 def _same_values(a: Any, b: Any) -> bool:

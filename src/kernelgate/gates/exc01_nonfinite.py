@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 import torch
@@ -53,13 +54,10 @@ class NonFiniteGate(Gate):
                     continue
                 want_classes = value_classes(want.to(got.dtype))
                 got_classes = value_classes(got)
-                # A second implementation can only exclude positions, never add a mismatch:
-                # it is consulted only where the native run alone finds one.
-                runs = {"native-eager": ctx.native(case)}
-                agree, bad = _judged(want_classes, got_classes, runs, k)
-                if bad.any() and ctx.has_second_implementation(case, "classes"):
-                    agree, bad = _judged(want_classes, got_classes, ctx.honest_classes(case), k)
-                    consulted += 1
+                agree, bad, asked = ctx.judge_classes(
+                    case, functools.partial(_judged, want_classes, got_classes, k=k)
+                )
+                consulted += asked
                 judged += int(agree.sum())
                 excluded += int((~agree).sum())
                 if bad.any():
@@ -121,7 +119,7 @@ class NonFiniteGate(Gate):
 
 
 def _judged(
-    want_classes: torch.Tensor, got_classes: torch.Tensor, runs: dict[str, list[Any]], k: int
+    want_classes: torch.Tensor, got_classes: torch.Tensor, runs: dict[str, list[Any]], *, k: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Positions every honest run agrees with the oracle on, and the candidate's mismatches
     among them."""

@@ -16,6 +16,7 @@ a zero of the same sign; ``preserve`` demands the exact class.
 
 from __future__ import annotations
 
+import functools
 from enum import IntEnum
 from typing import Any, ClassVar
 
@@ -195,14 +196,11 @@ class SubnormalGate(Gate):
                 got_accepted = accepted(want, got, dtype, flush)
                 determined = class_determined(want, ctx.admissible(case, k, dtype), dtype)
                 case_undetermined += int((~determined).sum())
-                # A second implementation can only exclude positions, never add a mismatch:
-                # it is consulted only where the native run alone finds one.
-                runs = {"native-eager": ctx.native(case)}
-                agree, bad = _judged(determined, want, got_accepted, runs, k, dtype, flush)
-                if bad.any() and ctx.has_second_implementation(case, "classes"):
-                    second = ctx.honest_classes(case)
-                    agree, bad = _judged(determined, want, got_accepted, second, k, dtype, flush)
-                    consulted += 1
+                judge = functools.partial(
+                    _judged, determined, want, got_accepted, k=k, dtype=dtype, flush=flush
+                )
+                agree, bad, asked = ctx.judge_classes(case, judge)
+                consulted += asked
                 case_judged += int(agree.sum())
                 case_excluded += int((determined & ~agree).sum())
                 if bad.any():
@@ -268,6 +266,7 @@ def _judged(
     want: torch.Tensor,
     got_accepted: torch.Tensor,
     runs: dict[str, list[Any]],
+    *,
     k: int,
     dtype: torch.dtype,
     flush: FlushPolicy,

@@ -35,8 +35,10 @@ class SafetyFactors:
     (elementwise) and 0.49 (order) of the bound, so both models are now 2x looser: honest
     0.23 / 0.25 on the CPU, 0.22 / 0.29 on the H200 (the 0.29 is ORD-01 on the matmul
     control, judged by the honest floor, 16x cuBLAS's own error on cancellation rows); the
-    subtlest defects sit at 7.2e3 and 17x. The ensemble model's honest maximum was 0.0625,
-    within the rule already, so its factor (which also scales the honest floor) is unchanged.
+    subtlest defects then sat at 7.2e3 and 17x (a defect added later, inputs cut to 13
+    fraction bits, sits at 2.9x of the order bound on the CPU, 11.8x past the largest honest
+    error). The ensemble model's honest maximum was 0.0625, within the rule already, so its
+    factor (which also scales the honest floor) is unchanged.
     """
 
     ensemble: float = 16.0  # x the worst honest evaluation's error

@@ -69,13 +69,10 @@ class Oracle:
         outputs = self._cpu_models[dtype](*_cast(inputs, dtype, torch.device("cpu")))
         return flatten_outputs(outputs)
 
-    def honest(self, inputs: list[Any], kind: str = "independent") -> dict[str, list[Any]]:
-        """Honest evaluations of the reference, named: ``native-eager`` and the
-        ``second_implementations`` of ``kind``."""
-        runs = {"native-eager": self.native(inputs)}
-        for name, dtype in self.second_implementations(inputs, kind):
-            runs[name] = self.on_cpu(inputs, dtype)
-        return runs
+    def honest_run(self, inputs: list[Any], cpu_dtype: torch.dtype | None) -> list[Any]:
+        """One honest evaluation: the native run (``cpu_dtype`` None), or the reference on the
+        CPU in ``cpu_dtype`` (a ``second_implementations`` entry)."""
+        return self.native(inputs) if cpu_dtype is None else self.on_cpu(inputs, cpu_dtype)
 
     def second_implementations(self, inputs: list[Any], kind: str) -> list[tuple[str, torch.dtype]]:
         """The runs beside ``native-eager`` that ``kind`` asks for, as (name, CPU dtype).
