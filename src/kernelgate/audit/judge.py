@@ -14,6 +14,7 @@ text, so every replay command in the report works after the audit.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -51,12 +52,13 @@ class AuditOptions:
         return RECORD_LIMIT_BASE + RECORD_LIMIT_PER_TIMEOUT * self.timeout
 
 
+@functools.cache
 def code_digest() -> str:
     """SHA-256 (first 12 hex digits) of this kernelgate's own source files.
 
     Recorded on every row: an audit resumed across sessions can be judged by code that
     changed in between, and the report says which rows which code judged (the device's
-    copy of the tree has no git history to ask).
+    copy of the tree has no git history to ask). Computed once a process.
     """
     import kernelgate
 

@@ -136,28 +136,27 @@ def run_audit(
         options = AuditOptions(str(out_dir.resolve()), device=device, timeout=timeout, seed=seed)
         if todo:
             store.begin_run({"workers": pool.workers, "executor": pool.description})
-        for record in (r for r in todo if r.unreadable is not None):
-            row = unreadable_row(record)
+
+        def keep(record: CorpusRecord, row: dict[str, Any]) -> None:
             store.put(position[record.id], row)
             if on_row is not None:
                 on_row(row)
+
+        for record in (r for r in todo if r.unreadable is not None):
+            keep(record, unreadable_row(record))
         readable = [r for r in todo if r.unreadable is None]
         # judges killed from outside, or out of GPU memory, beside other judges
         alone: list[CorpusRecord] = []
         for record, row in pool.judge_all(readable, options):
             if (killed_by_the_system(row) or ran_out_of_device_memory(row)) and pool.workers > 1:
                 alone.append(record)  # no row yet: a resume would judge it again anyway
-                continue
-            store.put(position[record.id], row)
-            if on_row is not None:
-                on_row(row)
+            else:
+                keep(record, row)
         if alone:  # once more, one at a time, with the machine to themselves
             solo = make_executor(executor, workers=1, device=device, ray_address=ray_address)
             try:
                 for record, row in solo.judge_all(alone, options):
-                    store.put(position[record.id], row | {"judged_alone": True})
-                    if on_row is not None:
-                        on_row(row)
+                    keep(record, row | {"judged_alone": True})
             finally:
                 solo.close()
         summary = write_report(out_dir, store.rows(), settings, store.runs())

@@ -27,7 +27,7 @@ from kernelgate.contract.spec import (
 )
 from kernelgate.formats.kernelbench import ReferenceProgram
 from kernelgate.inputs.distributions import structure_of
-from kernelgate.oracle.fp64 import flatten_outputs
+from kernelgate.oracle.fp64 import cast_values, flatten_outputs
 from kernelgate.sandbox.wire import dtype_name
 
 PROBE_NUMEL_LIMIT = 1 << 24  # skip probes that would build inputs larger than this
@@ -53,21 +53,13 @@ def shape_run(
         mode = mode_factory()
         meta_model = copy.deepcopy(model).to("meta")
         with mode:
-            outputs = flatten_outputs(meta_model(*_to_device(inputs, "meta")))
+            outputs = flatten_outputs(meta_model(*cast_values(inputs, None, torch.device("meta"))))
         return outputs, mode
     except Exception:
         mode = mode_factory()
         with mode:
             outputs = flatten_outputs(model(*inputs))
         return outputs, mode
-
-
-def _to_device(value: Any, device: str) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, list | tuple):
-        return type(value)(_to_device(v, device) for v in value)
-    return value
 
 
 def _shapes(values: list[Any]) -> list[tuple[int, ...] | None]:

@@ -24,14 +24,16 @@ def flatten_outputs(value: Any) -> list[Any]:
     return [value]
 
 
-def _cast(value: Any, dtype: torch.dtype | None, device: torch.device) -> Any:
+def cast_values(value: Any, dtype: torch.dtype | None, device: torch.device) -> Any:
+    """Tensors in ``value`` (nested lists and tuples too) moved to ``device`` and, where
+    floating and ``dtype`` is given, cast to it; everything else as it is."""
     if isinstance(value, torch.Tensor):
         value = value.to(device)
         if dtype is not None and value.is_floating_point():
             value = value.to(dtype)
         return value
     if isinstance(value, list | tuple):
-        return type(value)(_cast(v, dtype, device) for v in value)
+        return type(value)(cast_values(v, dtype, device) for v in value)
     return value
 
 
@@ -52,21 +54,21 @@ class Oracle:
     @torch.no_grad()
     def expected(self, inputs: list[Any]) -> list[Any]:
         """The reference in float64 on the exact input values (results on the CPU)."""
-        outputs = self.model64(*_cast(inputs, torch.float64, self.device))
-        return [_cast(o, None, torch.device("cpu")) for o in flatten_outputs(outputs)]
+        outputs = self.model64(*cast_values(inputs, torch.float64, self.device))
+        return [cast_values(o, None, torch.device("cpu")) for o in flatten_outputs(outputs)]
 
     @torch.no_grad()
     def native(self, inputs: list[Any]) -> list[Any]:
         """The reference eagerly in the inputs' own dtypes on the oracle's device."""
-        outputs = self.model_native(*_cast(inputs, None, self.device))
-        return [_cast(o, None, torch.device("cpu")) for o in flatten_outputs(outputs)]
+        outputs = self.model_native(*cast_values(inputs, None, self.device))
+        return [cast_values(o, None, torch.device("cpu")) for o in flatten_outputs(outputs)]
 
     @torch.no_grad()
     def on_cpu(self, inputs: list[Any], dtype: torch.dtype) -> list[Any]:
         """The reference in ``dtype`` on the CPU: an honest evaluation independent of device."""
         if dtype not in self._cpu_models:
             self._cpu_models[dtype] = copy.deepcopy(self.model).to("cpu", dtype).eval()
-        outputs = self._cpu_models[dtype](*_cast(inputs, dtype, torch.device("cpu")))
+        outputs = self._cpu_models[dtype](*cast_values(inputs, dtype, torch.device("cpu")))
         return flatten_outputs(outputs)
 
     def honest_run(self, inputs: list[Any], cpu_dtype: torch.dtype | None) -> list[Any]:
@@ -111,7 +113,8 @@ class Oracle:
         from kernelgate.contract.library import entry
         from kernelgate.contract.match import magnitude
 
-        return magnitude(self.model64, _cast(inputs, torch.float64, self.device), entry(entry_name))
+        inputs64 = cast_values(inputs, torch.float64, self.device)
+        return magnitude(self.model64, inputs64, entry(entry_name))
 
 
 @dataclass
