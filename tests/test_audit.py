@@ -390,3 +390,28 @@ def test_a_record_out_of_device_memory_beside_others_is_judged_again_alone(
     assert rows["greedy"]["judged_alone"] and rows["greedy"]["device_memory_incident"]
     assert rows["greedy"]["verdict"] == "rejected" and "RES-01" in rows["greedy"]["failed_gates"]
     assert not rows["honest"].get("judged_alone") and rows["honest"]["verdict"] == "verified"
+
+
+def test_a_candidate_that_cannot_load_on_a_full_gpu_is_judged_again_alone(
+    tmp_path: Path,
+) -> None:
+    """A load that fails for want of GPU memory says nothing of the candidate while other
+    judges share the GPU: judged again alone, and the store's retry picks such rows too."""
+    corpus = write_pairs(tmp_path / "corpus", ["honest"])
+    starved = corpus / "starved"
+    starved.mkdir()
+    (starved / "reference.py").write_text(REFERENCE)
+    (starved / "candidate.py").write_text(
+        "raise RuntimeError('CUDA error: out of memory')\n" + CANDIDATES["honest"]
+    )
+    out = tmp_path / "out"
+    args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
+    assert kernelgate(*args).returncode == 0
+    with sqlite3.connect(out / STORE_NAME) as db:
+        row = json.loads(db.execute("SELECT data FROM rows WHERE id = 'starved'").fetchone()[0])
+    assert row["judged_alone"] and row["stage"] == "load" and row["verdict"] == "rejected"
+    result = kernelgate(*args, "--resume", "--retry-errors")
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(out / STORE_NAME) as db:
+        runs = {i: r for i, r in db.execute("SELECT id, run FROM rows")}
+    assert runs == {"honest": 1, "starved": 2}  # only the starved record was judged again

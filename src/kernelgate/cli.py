@@ -247,7 +247,9 @@ def audit_command(
     retry_errors: Annotated[
         bool,
         typer.Option(
-            "--retry-errors", help="with --resume: judge again the records whose row is error"
+            "--retry-errors",
+            help="with --resume: judge again the records whose row is error or whose "
+            "judging ran out of GPU memory",
         ),
     ] = False,
     rejudge: Annotated[

@@ -128,18 +128,29 @@ def killed_by_the_system(row: dict[str, Any]) -> bool:
     return row.get("verdict") == ERROR and row.get("judge_exit") == -signal.SIGKILL
 
 
+# What CUDA, cuDNN and cuBLAS say when an allocation fails. cuDNN's "internal error" is
+# what a convolution reports when its workspace cannot be allocated on a full GPU.
+_DEVICE_MEMORY_SIGNS = re.compile(
+    r"OutOfMemoryError|out of memory|cudaErrorMemoryAllocation|CUDNN_STATUS_ALLOC_FAILED"
+    r"|CUDNN_STATUS_INTERNAL_ERROR|CUBLAS_STATUS_ALLOC_FAILED"
+)
+
+
 def ran_out_of_device_memory(row: dict[str, Any]) -> bool:
-    """Whether a candidate call raised CUDA's out-of-memory error: with other judges on the
-    same GPU that may be theirs, not the candidate's, so the record is judged again alone
-    (where the same error is the candidate's own)."""
-    return bool(row.get("device_memory_incident"))
+    """Whether the GPU ran out of memory anywhere in the record's judging: in a candidate
+    call (RES-01's incidents), while the candidate loaded, in the old check, or in the judge
+    itself. With other judges on the same GPU the memory may have been theirs, so such a
+    record is judged again alone, where the same failure is the record's own."""
+    if row.get("device_memory_incident"):
+        return True
+    if row.get("verdict") == ERROR or row.get("stage") == "load":
+        return bool(_DEVICE_MEMORY_SIGNS.search(str(row.get("reason"))))
+    failure = (row.get("old_check_detail") or {}).get("failure")
+    return bool(failure and _DEVICE_MEMORY_SIGNS.search(str(failure)))
 
 
 def _device_memory_incident(incidents: list[dict[str, Any]]) -> bool:
-    return any(
-        "OutOfMemoryError" in str(i.get("detail")) or "CUDA out of memory" in str(i.get("detail"))
-        for i in incidents
-    )
+    return any(_DEVICE_MEMORY_SIGNS.search(str(i.get("detail"))) for i in incidents)
 
 
 # -- the parent's side -----------------------------------------------------------------------
@@ -197,13 +208,16 @@ def judge_isolated(
         how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
         if code == -9:
             how += " (out of memory?)"
-        last = tail(log_path, 400).strip().splitlines()
-        return error_row(
+        log_tail = tail(log_path, 4000)
+        last = log_tail.strip().splitlines()
+        row = error_row(
             record,
             f"judge process {how} without a result ({exc})" + (f": {last[-1]}" if last else ""),
             time.monotonic() - started,
             judge_exit=code,
         )
+        # the traceback's last line rarely names the cause: CUDA's advice follows it
+        return row | {"device_memory_incident": bool(_DEVICE_MEMORY_SIGNS.search(log_tail))}
 
 
 # -- the child's side ------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def run_audit(
         raise
     try:
         if retry_errors:  # a judge killed for memory, say: the candidate was never judged
-            store.forget(store.error_ids())
+            store.forget(store.error_ids() | store.ids_where(ran_out_of_device_memory))
         for gate in rejudge:  # that gate changed since those rows were judged
             store.forget(store.failed_ids(gate))
         done = store.done_ids()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,14 @@ class ResultStore:
             for r in self._db.execute(
                 "SELECT id FROM rows WHERE json_extract(data, '$.verdict') = 'error'"
             )
+        }
+
+    def ids_where(self, predicate: Callable[[dict[str, Any]], bool]) -> set[str]:
+        """Records whose row satisfies ``predicate``."""
+        return {
+            i
+            for i, data in self._db.execute("SELECT id, data FROM rows")
+            if predicate(json.loads(data))
         }
 
     def failed_ids(self, gate: str) -> set[str]:
