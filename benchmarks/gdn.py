@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import json
 import math
 import platform
@@ -169,10 +170,13 @@ def main() -> None:
         help="per-kernel times of fwd+bwd at T=4096 for several launch configs",
     )
     args = parser.parse_args()
+    # compiles and fla's autotuning take minutes: a run stopped at a deadline says where it was
+    faulthandler.dump_traceback_later(60, repeat=True)
     if args.profile:
         profile(args.batch, 4096, args.heads, args.dim)
         return
 
+    started = time.monotonic()
     try:
         import fla
         from fla.ops.delta_rule import chunk_delta_rule
@@ -184,6 +188,7 @@ def main() -> None:
         fla_gated = chunk_delta_rule = None
         fla_version = None
 
+    print(f"fla {fla_version} imported in {time.monotonic() - started:.1f} s", flush=True)
     if fla_version is not None and fla_version != FLA_VERSION:
         print(f"note: fla {fla_version}, the comparison asks for {FLA_VERSION}", file=sys.stderr)
     report = {
@@ -202,7 +207,9 @@ def main() -> None:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     naive_lens = {int(t) for t in args.naive_seq_lens.split(",") if t}
     dims = (args.batch, args.heads, args.dim, args.dim)
-    for seq_len in (int(t) for t in args.seq_lens.split(",")):
+    seq_lens = [int(t) for t in args.seq_lens.split(",")]
+    # the headline length first, so a deadline leaves it measured; rows are kept sorted by T
+    for seq_len in sorted(seq_lens, key=lambda t: (t != 4096, t)):
         batch, heads, dim_k, dim_v = dims
         row: dict[str, object] = {
             "T": seq_len,
@@ -211,6 +218,7 @@ def main() -> None:
         gated = make_inputs(batch, seq_len, heads, dim_k, dim_v)
         ungated = make_inputs(batch, seq_len, heads, dim_k, dim_v, gated=False)
         report["rows"].append(row)
+        report["rows"].sort(key=lambda r: r["T"])
         contenders = [("ours_gated", ours, gated), ("ours_g0", ours, ungated)]
         if fla_gated is not None:
             contenders += [
@@ -218,6 +226,7 @@ def main() -> None:
                 ("fla_delta", lambda q, k, v, g, b: chunk_delta_rule(q, k, v, b)[0], ungated),
             ]
         for name, forward, inputs in contenders:
+            print(f"T={seq_len} {name}: timing", flush=True)
             started = time.monotonic()
             row[name] = time_fwd_bwd(forward, inputs)
             # first calls compile (fla also autotunes): say how long, and keep what we have,
