@@ -169,9 +169,17 @@ def main() -> None:
         action="store_true",
         help="per-kernel times of fwd+bwd at T=4096 for several launch configs",
     )
+    parser.add_argument(
+        "--watchdog",
+        type=float,
+        default=0.0,
+        help="dump every thread's stack to stderr every this many seconds (0: never); "
+        "compiles and fla's autotuning take minutes, and a run stopped at a deadline then "
+        "says where it was",
+    )
     args = parser.parse_args()
-    # compiles and fla's autotuning take minutes: a run stopped at a deadline says where it was
-    faulthandler.dump_traceback_later(60, repeat=True)
+    if args.watchdog > 0:
+        faulthandler.dump_traceback_later(args.watchdog, repeat=True)
     if args.profile:
         profile(args.batch, 4096, args.heads, args.dim)
         return
