@@ -27,6 +27,7 @@ OTHER_GATE = "rejected only by another gate"
 PASSED = "passed"
 DEVICE_ONLY = "device-only"
 ERROR = "harness error"
+REASON_CHARS = 300  # of each failing gate's reason kept in a result
 
 
 @dataclass
@@ -38,6 +39,8 @@ class EntryResult:
     intended_gates: list[str]
     verdict: str  # verified / rejected / narrowed, or "device-only" / "error"
     rejected_by: list[str] = field(default_factory=list)
+    # why each gate in ``rejected_by`` failed: a rejected control is a finding to explain
+    failure_reasons: dict[str, str] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     ratios: list[dict[str, Any]] = field(default_factory=list)  # thresholded gates' evidence
     seconds: float = 0.0
@@ -61,6 +64,7 @@ class EntryResult:
             data["intended_gates"] = self.intended_gates
         data |= {
             "rejected_by": self.rejected_by,
+            "failure_reasons": self.failure_reasons,
             "outcome": self.outcome,
             "seconds": self.seconds,
             "skipped": self.skipped,
@@ -118,6 +122,9 @@ def run_entry(
     else:
         result.verdict = verdict.verdict.value
         result.rejected_by = verdict.failed_gates
+        result.failure_reasons = {
+            g: verdict.gate(g).reason[:REASON_CHARS] for g in verdict.failed_gates
+        }
         result.skipped = verdict.skipped
         result.ratios = _ratios(verdict)
     result.seconds = round(time.monotonic() - started, 2)
