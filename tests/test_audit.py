@@ -413,5 +413,36 @@ def test_a_candidate_that_cannot_load_on_a_full_gpu_is_judged_again_alone(
     result = kernelgate(*args, "--resume", "--retry-errors")
     assert result.returncode == 0, result.stderr
     with sqlite3.connect(out / STORE_NAME) as db:
-        runs = {i: r for i, r in db.execute("SELECT id, run FROM rows")}
-    assert runs == {"honest": 1, "starved": 2}  # only the starved record was judged again
+        rows = {i: (r, json.loads(d)) for i, r, d in db.execute("SELECT id, run, data FROM rows")}
+        assert db.execute("SELECT COUNT(*) FROM alone").fetchone()[0] == 0
+    assert {i: r for i, (r, _) in rows.items()} == {"honest": 1, "starved": 2}
+    assert rows["starved"][1]["judged_alone"]  # retried alone, not in the pool again
+
+
+def test_a_record_deferred_to_be_judged_alone_stays_deferred_across_a_resume(
+    tmp_path: Path,
+) -> None:
+    """A run stopped before its alone phase leaves the deferred record without a row; the
+    resume judges it alone, after the others, not in the pool."""
+    corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow"])
+    out = tmp_path / "out"
+    args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
+    assert kernelgate(*args, "--limit", "1").returncode == 0
+    from kernelgate.audit.store import ResultStore
+
+    store = ResultStore(out / STORE_NAME)
+    (first,) = store.done_ids()
+    (second,) = {"honest", "nan_swallow"} - {first}
+    store.defer_alone(second, "test: deferred by a stopped run")
+    assert store.alone_ids() == {second}
+    store.close()
+    result = kernelgate(*args, "--resume")
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(out / STORE_NAME) as db:
+        rows = {i: json.loads(d) for i, d in db.execute("SELECT id, data FROM rows")}
+        assert db.execute("SELECT COUNT(*) FROM alone").fetchone()[0] == 0
+    assert rows[second].get("judged_alone") and not rows[first].get("judged_alone")
+    assert rows[second]["verdict"] == EXPECTED[second][0]
+    peak = rows[second]["peak_memory"]  # for planning how many judges a machine holds
+    assert peak["judge_rss_bytes"] > 50 * 2**20 and peak["children_rss_bytes"] > 0
+    assert peak["judge_gpu_reserved_bytes"] is None  # CPU mode: no allocator was used

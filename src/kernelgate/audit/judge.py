@@ -326,7 +326,29 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
             ),
         }
     row["seconds"] = round(time.monotonic() - started, 2)
+    row["peak_memory"] = peak_memory()
     return row
+
+
+def peak_memory() -> dict[str, int | None]:
+    """What this judge held at most: host RSS of itself and of its finished children (the old
+    check, the candidate's worker) and the GPU memory its own allocator reserved. For
+    planning how many judges a machine holds; the worker's GPU memory is not seen here."""
+    import resource
+
+    import torch
+
+    kib = 1024  # ru_maxrss is in KiB on Linux
+    gpu = (
+        int(torch.cuda.max_memory_reserved())
+        if torch.cuda.is_available() and torch.cuda.is_initialized()
+        else None
+    )
+    return {
+        "judge_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib,
+        "children_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * kib,
+        "judge_gpu_reserved_bytes": gpu,
+    }
 
 
 def _main(request_path: str, result_path: str) -> None:

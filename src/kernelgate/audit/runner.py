@@ -123,7 +123,12 @@ def run_audit(
         raise
     try:
         if retry_errors:  # a judge killed for memory, say: the candidate was never judged
-            store.forget(store.error_ids() | store.ids_where(ran_out_of_device_memory))
+            troubled = store.ids_where(
+                lambda row: killed_by_the_system(row) or ran_out_of_device_memory(row)
+            )
+            store.forget(store.error_ids() | troubled)
+            for record_id in troubled:  # memory was the trouble: the pool would repeat it
+                store.defer_alone(record_id, "retried after a memory failure")
         for gate in rejudge:  # that gate changed since those rows were judged
             store.forget(store.failed_ids(gate))
         done = store.done_ids()
@@ -144,12 +149,15 @@ def run_audit(
 
         for record in (r for r in todo if r.unreadable is not None):
             keep(record, unreadable_row(record))
-        readable = [r for r in todo if r.unreadable is None]
-        # judges killed from outside, or out of GPU memory, beside other judges
-        alone: list[CorpusRecord] = []
+        # judges killed from outside, or out of GPU memory, beside other judges: judged
+        # again alone after the others, here or (if this run is stopped first) on resume
+        deferred = store.alone_ids()
+        alone = [r for r in todo if r.id in deferred]
+        readable = [r for r in todo if r.unreadable is None and r.id not in deferred]
         for record, row in pool.judge_all(readable, options):
             if (killed_by_the_system(row) or ran_out_of_device_memory(row)) and pool.workers > 1:
-                alone.append(record)  # no row yet: a resume would judge it again anyway
+                store.defer_alone(record.id, str(row.get("reason") or "device memory incident"))
+                alone.append(record)
             else:
                 keep(record, row)
         if alone:  # once more, one at a time, with the machine to themselves

@@ -45,6 +45,12 @@ class ResultStore:
                 "CREATE TABLE IF NOT EXISTS runs (run INTEGER PRIMARY KEY AUTOINCREMENT,"
                 " started REAL NOT NULL, info TEXT NOT NULL)"
             )
+            # Records that must be judged alone, remembered until they have a row: a run
+            # stopped before its alone phase must not send them back into the pool, where
+            # the same memory pile-up would defer them again, every session.
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS alone (id TEXT PRIMARY KEY, reason TEXT NOT NULL)"
+            )
             if "run" not in {c[1] for c in self._db.execute("PRAGMA table_info(rows)")}:
                 self._db.execute("ALTER TABLE rows ADD COLUMN run INTEGER")  # older stores
         self.run: int | None = None
@@ -130,6 +136,18 @@ class ResultStore:
         with self._transaction():
             self._db.executemany("DELETE FROM rows WHERE id = ?", [(i,) for i in sorted(ids)])
 
+    def defer_alone(self, record_id: str, reason: str) -> None:
+        """Remember that ``record_id`` is to be judged alone (see the ``alone`` table)."""
+        with self._transaction():
+            self._db.execute("INSERT OR REPLACE INTO alone VALUES (?, ?)", (record_id, reason))
+
+    def alone_ids(self) -> set[str]:
+        """Records deferred to be judged alone that have no row yet."""
+        return {
+            r[0]
+            for r in self._db.execute("SELECT id FROM alone WHERE id NOT IN (SELECT id FROM rows)")
+        }
+
     def begin_run(self, info: dict[str, Any]) -> None:
         """Record that an audit process starts judging into this store (see ``runs``)."""
         with self._transaction():
@@ -145,6 +163,7 @@ class ResultStore:
                 "INSERT INTO rows (id, position, finished, data, run) VALUES (?, ?, ?, ?, ?)",
                 (row["id"], position, time.time(), json.dumps(row), self.run),
             )
+            self._db.execute("DELETE FROM alone WHERE id = ?", (row["id"],))
 
     def runs(self) -> list[dict[str, Any]]:
         """Each audit run: start, its settings of the moment, rows it judged, last row time."""
