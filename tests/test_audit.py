@@ -446,3 +446,22 @@ def test_a_record_deferred_to_be_judged_alone_stays_deferred_across_a_resume(
     peak = rows[second]["peak_memory"]  # for planning how many judges a machine holds
     assert peak["judge_rss_bytes"] > 50 * 2**20 and peak["children_rss_bytes"] > 0
     assert peak["judge_gpu_reserved_bytes"] is None  # CPU mode: no allocator was used
+
+
+def test_a_run_that_judged_nothing_still_counts_its_wall_time(tmp_path: Path) -> None:
+    """A run killed while every judge is still busy leaves no row: its heartbeat alone says
+    how long it ran, and the throughput counts that time (no row-less run is free)."""
+    from kernelgate.audit.report import throughput
+    from kernelgate.audit.store import ResultStore
+
+    store = ResultStore.open(tmp_path, resume=False, settings={"source_sha256": "x"})
+    store.begin_run({"workers": 3})
+    with store.heartbeat(interval=0.05):
+        time.sleep(0.3)
+    (run,) = store.runs()
+    store.close()
+    assert run["rows"] == 0 and run["last_row"] is None
+    assert run["last_seen"] - run["started"] >= 0.25
+    figures = throughput([run], records=0)
+    assert figures["per_run"][0]["wall_s"] is not None and figures["wall_hours"] > 0
+    assert figures["judged_per_hour"] == 0

@@ -94,11 +94,12 @@ def defects(row: dict[str, Any]) -> list[str]:
 def throughput(runs: list[dict[str, Any]], records: int) -> dict[str, Any]:
     """Judged records per hour of audit wall time, over the runs the store recorded.
 
-    A run's wall time is from its start to its last row (a run killed at a deadline has no
-    end of its own); rows of stores older than the run log are not covered.
+    A run's wall time is from its start to the later of its last row and its last heartbeat
+    (a run killed at a deadline has no end of its own; one that judged nothing still took its
+    time); rows of stores older than the run log are not covered.
     """
-    timed = [r for r in runs if r.get("last_row") and r["judged"]]
-    hours = sum(max(r["last_row"] - r["started"], 0.0) for r in timed) / 3600
+    timed = [r for r in runs if _run_end(r) is not None]
+    hours = sum(max(_run_end(r) - r["started"], 0.0) for r in timed) / 3600
     judged = sum(r["judged"] for r in timed)
     return {
         "runs": len(runs),
@@ -112,11 +113,17 @@ def throughput(runs: list[dict[str, Any]], records: int) -> dict[str, Any]:
                 "run": r["run"],
                 "workers": r.get("workers"),
                 "judged": r["judged"],
-                "wall_s": round(r["last_row"] - r["started"], 1) if r.get("last_row") else None,
+                "wall_s": round(_run_end(r) - r["started"], 1) if _run_end(r) else None,
             }
             for r in runs
         ],
     }
+
+
+def _run_end(run: dict[str, Any]) -> float | None:
+    """When a run was last known alive: its last row or heartbeat (None: neither)."""
+    ends = [t for t in (run.get("last_row"), run.get("last_seen")) if t]
+    return max(ends) if ends else None
 
 
 def summarize(

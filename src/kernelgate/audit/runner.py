@@ -8,6 +8,7 @@ the records without a row.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -147,26 +148,31 @@ def run_audit(
             if on_row is not None:
                 on_row(row)
 
-        for record in (r for r in todo if r.unreadable is not None):
-            keep(record, unreadable_row(record))
-        # judges killed from outside, or out of GPU memory, beside other judges: judged
-        # again alone after the others, here or (if this run is stopped first) on resume
-        deferred = store.alone_ids()
-        alone = [r for r in todo if r.id in deferred]
-        readable = [r for r in todo if r.unreadable is None and r.id not in deferred]
-        for record, row in pool.judge_all(readable, options):
-            if (killed_by_the_system(row) or ran_out_of_device_memory(row)) and pool.workers > 1:
-                store.defer_alone(record.id, str(row.get("reason") or "device memory incident"))
-                alone.append(record)
-            else:
-                keep(record, row)
-        if alone:  # once more, one at a time, with the machine to themselves
-            solo = make_executor(executor, workers=1, device=device, ray_address=ray_address)
-            try:
-                for record, row in solo.judge_all(alone, options):
-                    keep(record, row | {"judged_alone": True})
-            finally:
-                solo.close()
+        # the run's wall time counts even if it is killed with every judge still busy
+        alive = store.heartbeat() if todo else contextlib.nullcontext()
+        with alive:
+            for record in (r for r in todo if r.unreadable is not None):
+                keep(record, unreadable_row(record))
+            # judges killed from outside, or out of GPU memory, beside other judges: judged
+            # again alone after the others, here or (if this run is stopped first) on resume
+            deferred = store.alone_ids()
+            alone = [r for r in todo if r.id in deferred]
+            readable = [r for r in todo if r.unreadable is None and r.id not in deferred]
+            for record, row in pool.judge_all(readable, options):
+                if (
+                    killed_by_the_system(row) or ran_out_of_device_memory(row)
+                ) and pool.workers > 1:
+                    store.defer_alone(record.id, str(row.get("reason") or "device memory incident"))
+                    alone.append(record)
+                else:
+                    keep(record, row)
+            if alone:  # once more, one at a time, with the machine to themselves
+                solo = make_executor(executor, workers=1, device=device, ray_address=ray_address)
+                try:
+                    for record, row in solo.judge_all(alone, options):
+                        keep(record, row | {"judged_alone": True})
+                finally:
+                    solo.close()
         summary = write_report(out_dir, store.rows(), settings, store.runs())
         return AuditOutcome(len(records), len(todo), out_dir, summary)
     finally:

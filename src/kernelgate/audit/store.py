@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,9 @@ STORE_SCHEMA = "kernelgate.audit-store/1"
 # Settings that describe a store without deciding its rows: a store carried to another
 # machine (where the corpus has another absolute path) still resumes.
 INFORMATIONAL_SETTINGS = frozenset({"source"})
+# How often a running audit stamps its run as alive: a run killed at a deadline (SIGKILL) has
+# no end of its own, and one whose judges were all still busy has no last row either.
+HEARTBEAT_SECONDS = 30.0
 
 
 class ResultStore:
@@ -53,6 +57,8 @@ class ResultStore:
             )
             if "run" not in {c[1] for c in self._db.execute("PRAGMA table_info(rows)")}:
                 self._db.execute("ALTER TABLE rows ADD COLUMN run INTEGER")  # older stores
+            if "last_seen" not in {c[1] for c in self._db.execute("PRAGMA table_info(runs)")}:
+                self._db.execute("ALTER TABLE runs ADD COLUMN last_seen REAL")  # older stores
         self.run: int | None = None
 
     @classmethod
@@ -156,6 +162,12 @@ class ResultStore:
             )
             self.run = cursor.lastrowid
 
+    def heartbeat(self, interval: float = HEARTBEAT_SECONDS) -> RunHeartbeat:
+        """A context that stamps this run's ``last_seen`` every ``interval`` seconds."""
+        if self.run is None:
+            raise RuntimeError("heartbeat before begin_run")
+        return RunHeartbeat(self.path, self.run, interval)
+
     def put(self, position: int, row: dict[str, Any]) -> None:
         """Commit one finished record. A second row for the same id is refused by the key."""
         with self._transaction():
@@ -168,7 +180,9 @@ class ResultStore:
     def runs(self) -> list[dict[str, Any]]:
         """Each audit run: start, its settings of the moment, rows it judged, last row time."""
         out = []
-        for run, started, info in self._db.execute("SELECT run, started, info FROM runs"):
+        for run, started, info, last_seen in self._db.execute(
+            "SELECT run, started, info, last_seen FROM runs"
+        ):
             count, judged, last = self._db.execute(
                 "SELECT COUNT(*), SUM(json_extract(data, '$.verdict') != 'unreadable'),"
                 " MAX(finished) FROM rows WHERE run = ?",
@@ -182,6 +196,7 @@ class ResultStore:
                     "rows": count,
                     "judged": judged or 0,
                     "last_row": last,
+                    "last_seen": last_seen,
                 }
             )
         return out
@@ -212,3 +227,34 @@ class _Transaction:
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+
+
+class RunHeartbeat:
+    """Stamps ``runs.last_seen`` from a thread with its own connection (SQLite connections
+    belong to one thread), at the start, every ``interval`` seconds and on exit."""
+
+    def __init__(self, path: Path, run: int, interval: float) -> None:
+        self.path, self.run, self.interval = path, run, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="kernelgate-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        try:
+            while True:
+                db.execute("UPDATE runs SET last_seen = ? WHERE run = ?", (time.time(), self.run))
+                if self._stop.wait(self.interval):
+                    db.execute(
+                        "UPDATE runs SET last_seen = ? WHERE run = ?", (time.time(), self.run)
+                    )
+                    return
+        finally:
+            db.close()
+
+    def __enter__(self) -> RunHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
