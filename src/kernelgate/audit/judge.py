@@ -129,10 +129,11 @@ def killed_by_the_system(row: dict[str, Any]) -> bool:
 
 
 # What CUDA, cuDNN and cuBLAS say when an allocation fails. cuDNN's "internal error" is
-# what a convolution reports when its workspace cannot be allocated on a full GPU.
+# what a convolution reports when its workspace cannot be allocated on a full GPU; the last
+# phrase is the tail of PyTorch's out-of-memory message, all a one-line reason may keep of it.
 _DEVICE_MEMORY_SIGNS = re.compile(
     r"OutOfMemoryError|out of memory|cudaErrorMemoryAllocation|CUDNN_STATUS_ALLOC_FAILED"
-    r"|CUDNN_STATUS_INTERNAL_ERROR|CUBLAS_STATUS_ALLOC_FAILED"
+    r"|CUDNN_STATUS_INTERNAL_ERROR|CUBLAS_STATUS_ALLOC_FAILED|is allocated by PyTorch"
 )
 
 
