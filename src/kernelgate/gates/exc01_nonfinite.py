@@ -58,20 +58,22 @@ class NonFiniteGate(Gate):
                     case, functools.partial(_judged, want_classes, got_classes, k=k)
                 )
                 consulted += asked
-                judged += int(agree.sum())
-                excluded += int((~agree).sum())
+                n_agree = int(agree.count_nonzero())
+                judged += n_agree
+                excluded += agree.numel() - n_agree
                 if bad.any():
+                    n_bad = int(bad.count_nonzero())
                     findings = [
                         self._finding(k, pos, want, got, want_classes, got_classes)
                         for pos in first_positions(bad)[:MAX_POSITIONS]
                     ]
                     return self.failed(
                         ctx,
-                        f"{int(bad.sum())} output position(s) of output {k} have the wrong "
+                        f"{n_bad} output position(s) of output {k} have the wrong "
                         f"IEEE class on {case.label}",
                         run,
                         findings,
-                        {"mismatched_positions": int(bad.sum()), "judged_positions": judged},
+                        {"mismatched_positions": n_bad, "judged_positions": judged},
                     )
         return self.passed(
             f"non-finite mask and kinds equal the oracle's at {judged} positions over "

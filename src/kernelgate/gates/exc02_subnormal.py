@@ -17,6 +17,7 @@ a zero of the same sign; ``preserve`` demands the exact class.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, ClassVar
 
@@ -68,24 +69,61 @@ def sign_bits(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.signbit(values.detach().cpu().to(dtype))
 
 
+@dataclass(frozen=True)
+class ExpectedClasses:
+    """What ``accepted`` reads of the exact result ``want``, computed once per output.
+
+    The candidate and every honest run of one output are judged against the same ``want``:
+    rounding it to ``dtype`` and classifying it (the dearest part of ``accepted``) once per
+    output instead of once per judged tensor gives the same masks.
+    """
+
+    dtype: torch.dtype
+    classes: torch.Tensor  # float_classes(want, dtype)
+    signs: torch.Tensor  # sign_bits(want, dtype)
+    nan: torch.Tensor  # classes == NAN: no sign to keep
+    underflow: torch.Tensor  # a non-zero exact result that rounds to zero
+    subnormal: torch.Tensor  # classes == SUBNORMAL
+
+    @classmethod
+    def of(cls, want: torch.Tensor, dtype: torch.dtype) -> ExpectedClasses:
+        classes = float_classes(want, dtype)
+        return cls(
+            dtype=dtype,
+            classes=classes,
+            signs=sign_bits(want, dtype),
+            nan=classes == FloatClass.NAN,
+            underflow=(want.detach().cpu() != 0) & (classes == FloatClass.ZERO),
+            subnormal=classes == FloatClass.SUBNORMAL,
+        )
+
+    def accepted(self, got: torch.Tensor, flush: FlushPolicy) -> torch.Tensor:
+        """Where ``got`` keeps the expected class and sign under ``flush`` (see ``accepted``)."""
+        got_cls = float_classes(got, self.dtype)
+        same_sign = (self.signs == sign_bits(got, self.dtype)) | self.nan
+        ok = (self.classes == got_cls) & same_sign
+        # A non-zero exact result that underflows to zero: the zero's sign depends on whether
+        # the hardware fuses multiply and add (an unfused dot rounds each tiny product to +-0
+        # before summing), so IEEE leaves it to the implementation. Either zero is accepted.
+        got_zero = got_cls == FloatClass.ZERO
+        ok |= self.underflow & got_zero
+        if flush is FlushPolicy.FLUSH_ALLOWED:
+            ok |= self.subnormal & got_zero & same_sign
+        return ok
+
+
 def accepted(
     want: torch.Tensor,
     got: torch.Tensor,
     dtype: torch.dtype,
     flush: FlushPolicy,
 ) -> torch.Tensor:
-    """Where ``got`` keeps ``want``'s class and sign under ``flush`` (both rounded to dtype)."""
-    want_cls, got_cls = float_classes(want, dtype), float_classes(got, dtype)
-    same_sign = (sign_bits(want, dtype) == sign_bits(got, dtype)) | (want_cls == FloatClass.NAN)
-    ok = (want_cls == got_cls) & same_sign
-    # A non-zero exact result that underflows to zero: the zero's sign depends on whether
-    # the hardware fuses multiply and add (an unfused dot rounds each tiny product to +-0
-    # before summing), so IEEE leaves it to the implementation. Either zero is accepted.
-    underflow = (want.detach().cpu() != 0) & (want_cls == FloatClass.ZERO)
-    ok |= underflow & (got_cls == FloatClass.ZERO)
-    if flush is FlushPolicy.FLUSH_ALLOWED:
-        ok |= (want_cls == FloatClass.SUBNORMAL) & (got_cls == FloatClass.ZERO) & same_sign
-    return ok
+    """Where ``got`` keeps ``want``'s class and sign under ``flush`` (both rounded to dtype).
+
+    To judge several outputs against one ``want``, build ``ExpectedClasses.of(want, dtype)``
+    once and call its ``accepted`` per output (what the gate does).
+    """
+    return ExpectedClasses.of(want, dtype).accepted(got, flush)
 
 
 def class_determined(
@@ -193,30 +231,35 @@ class SubnormalGate(Gate):
                 if not isinstance(want, torch.Tensor) or not got.is_floating_point():
                     continue
                 dtype = got.dtype
-                got_accepted = accepted(want, got, dtype, flush)
+                wanted = ExpectedClasses.of(want, dtype)  # once for the candidate and runs
+                got_accepted = wanted.accepted(got, flush)
                 determined = class_determined(want, ctx.admissible(case, k, dtype), dtype)
-                case_undetermined += int((~determined).sum())
+                n_determined = int(determined.count_nonzero())
+                case_undetermined += determined.numel() - n_determined
                 judge = functools.partial(
-                    _judged, determined, want, got_accepted, k=k, dtype=dtype, flush=flush
+                    _judged, determined, wanted, got_accepted, k=k, flush=flush
                 )
                 agree, bad, asked = ctx.judge_classes(case, judge)
                 consulted += asked
-                case_judged += int(agree.sum())
-                case_excluded += int((determined & ~agree).sum())
+                n_agree = int(agree.count_nonzero())
+                case_judged += n_agree
+                # _judged's agree is determined & (...), so determined & ~agree counts this
+                case_excluded += n_determined - n_agree
                 if bad.any():
+                    n_bad = int(bad.count_nonzero())
                     findings = [
                         self._finding(k, pos, want, got, dtype)
                         for pos in first_positions(bad)[:MAX_POSITIONS]
                     ]
                     return self.failed(
                         ctx,
-                        f"{int(bad.sum())} output position(s) of output {k} lose the oracle's "
+                        f"{n_bad} output position(s) of output {k} lose the oracle's "
                         f"class or sign on {name} (flush policy {flush.value})",
                         run,
                         findings,
                         {
                             "flush_policy": flush.value,
-                            "mismatched_positions": int(bad.sum()),
+                            "mismatched_positions": n_bad,
                             "judged_positions": judged + case_judged,
                             "excluded_honest_disagreement": excluded + case_excluded,
                             "undetermined_positions": undetermined + case_undetermined,
@@ -263,17 +306,19 @@ class SubnormalGate(Gate):
 
 def _judged(
     determined: torch.Tensor,
-    want: torch.Tensor,
+    wanted: ExpectedClasses,
     got_accepted: torch.Tensor,
     runs: dict[str, list[Any]],
     *,
     k: int,
-    dtype: torch.dtype,
     flush: FlushPolicy,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Positions whose class and sign the reference determines and every honest run keeps
-    (both rounded to the output ``dtype``), and the candidate's failures among them."""
+    (both rounded to the output dtype), and the candidate's failures among them.
+
+    ``agree`` is always within ``determined`` (it starts as a copy and is only narrowed):
+    the gate counts the excluded positions by subtraction on that."""
     agree = determined.clone()
     for honest_run in runs.values():
-        agree &= accepted(want, honest_run[k], dtype, flush)
+        agree &= wanted.accepted(honest_run[k], flush)
     return agree, agree & ~got_accepted

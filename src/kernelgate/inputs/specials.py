@@ -21,8 +21,12 @@ def inject(values: torch.Tensor, kind: str, seed: int, *, whole_row: bool = Fals
     count = max(1, flat.numel() // 100)
     positions = torch.randperm(flat.numel(), generator=g)[:count]
     kinds = list(SPECIALS) if kind == "mixed" else [kind]
-    for i, position in enumerate(positions.tolist()):
-        flat[position] = SPECIALS[kinds[i % len(kinds)]]
+    # The i-th position gets kinds[i % len(kinds)]: one indexed fill per kind over the
+    # positions of that residue. The positions are distinct (a permutation), so the order
+    # of the writes cannot matter; the generator is not touched here, so the whole-row
+    # draw below sees the same state as when this was a loop over the positions.
+    for j, name in enumerate(kinds):
+        flat[positions[j :: len(kinds)]] = SPECIALS[name]
     if whole_row and out.dim() >= 1:
         rows = out.reshape(-1, out.shape[-1])
         row = int(torch.randint(rows.shape[0], (1,), generator=g))

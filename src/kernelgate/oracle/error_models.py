@@ -155,13 +155,28 @@ def _honest_error(
     return worst
 
 
-def _subnormal_floor(ref: torch.Tensor, bound: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _subnormal_floor(
+    ref: torch.Tensor,
+    bound: torch.Tensor,
+    dtype: torch.dtype,
+    *,
+    magnitude: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Below the smallest normal of the output dtype the bound is that normal: whether
-    subnormal results are kept or flushed is EXC-02's question, not a rounding question."""
+    subnormal results are kept or flushed is EXC-02's question, not a rounding question.
+
+    ``magnitude`` is ``ref.abs()`` where the caller has it already. When no element is
+    below the smallest normal (one reduction says so) ``bound`` comes back as it is: the
+    ``where`` would copy it unchanged. Only when it has ``ref``'s shape, though: the
+    ``where`` broadcasts a smaller bound to that shape.
+    """
     if not dtype.is_floating_point:
         return bound
     tiny = float(torch.finfo(dtype).tiny)
-    return torch.where(ref.abs() < tiny, bound.clamp_min(tiny), bound)
+    small = (ref.abs() if magnitude is None else magnitude) < tiny
+    if bound.shape == small.shape and not bool(small.any()):
+        return bound
+    return torch.where(small, bound.clamp_min(tiny), bound)
 
 
 def _dtype_str(dtype: torch.dtype) -> str:
@@ -186,9 +201,12 @@ def assess_elementwise(
     out_dtype = actual.dtype
     u = unit_roundoff(out_dtype)
     ref = expected.to(torch.float64)
-    scale = ref.abs() if scale is None else scale.to(torch.float64).abs()
+    ref_abs = ref.abs()
+    scale = ref_abs if scale is None else scale.to(torch.float64).abs()
     classes, judged = _honest_agreement(ref, out_dtype, honest)
-    bound = _subnormal_floor(ref, SAFETY.elementwise_units * u * scale, out_dtype)
+    bound = _subnormal_floor(
+        ref, SAFETY.elementwise_units * u * scale, out_dtype, magnitude=ref_abs
+    )
     params = {
         "output_dtype": _dtype_str(out_dtype),
         "unit_roundoff": u,
@@ -236,10 +254,13 @@ def assess_order(
     u_out = unit_roundoff(out_dtype)
     u_acc = unit_roundoff(torch.float32) if accumulate_u is None else accumulate_u
     ref = expected.to(torch.float64)
+    ref_abs = ref.abs()
     classes, judged = _honest_agreement(ref, out_dtype, honest)
-    mag, modelled, floor = _order_terms(ref, magnitude, honest, judged, n, worst_case, u_acc, u_out)
+    mag, modelled, floor = _order_terms(
+        ref, magnitude, honest, judged, n, worst_case, u_acc, u_out, ref_abs=ref_abs
+    )
     c = order_coefficient(n, worst_case)
-    bound = _subnormal_floor(ref, torch.maximum(modelled, floor), out_dtype)
+    bound = _subnormal_floor(ref, torch.maximum(modelled, floor), out_dtype, magnitude=ref_abs)
     params = {
         "output_dtype": _dtype_str(out_dtype),
         "n": int(n),
@@ -256,7 +277,7 @@ def assess_order(
         ),
         "honest_runs": sorted(honest),
         "honest_floor": f"{SAFETY.ensemble} * worst honest |error| per element",
-        "positions_at_honest_floor": int(((floor > modelled) & judged).sum()),
+        "positions_at_honest_floor": int(((floor > modelled) & judged).count_nonzero()),
     }
     return _assess(ref, actual, classes, judged, "order", params, bound)
 
@@ -270,15 +291,21 @@ def _order_terms(
     worst_case: bool,
     u_acc: float,
     u_out: float,
+    *,
+    ref_abs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The order model's magnitude, modelled bound and honest floor, per element."""
+    """The order model's magnitude, modelled bound and honest floor, per element.
+
+    ``ref_abs`` is ``ref.abs()`` where the caller has it already (computed once here if not).
+    """
+    ref_abs = ref.abs() if ref_abs is None else ref_abs
     mag = mag.to(ref.device, torch.float64).abs()
     if tuple(mag.shape) != tuple(ref.shape):
-        mag = mag.expand_as(ref) if mag.dim() <= ref.dim() else ref.abs()
+        mag = mag.expand_as(ref) if mag.dim() <= ref.dim() else ref_abs
     # An infinite magnitude (an honest overflow of |terms|) bounds nothing: fall back to |ref|.
-    mag = torch.where(torch.isfinite(mag), mag, ref.abs())
+    mag = torch.where(torch.isfinite(mag), mag, ref_abs)
     c = order_coefficient(n, worst_case)
-    modelled = c * u_acc * mag + SAFETY.output_rounding_units * u_out * ref.abs()
+    modelled = c * u_acc * mag + SAFETY.output_rounding_units * u_out * ref_abs
     # The contract cannot demand more than the reference's own honest evaluations achieve:
     # on adversarial rows (ORD-01) a blocked fp32 GEMM's roundings are correlated and
     # exceed the probabilistic model, and cuBLAS running the reference does the same.
@@ -376,14 +403,19 @@ def _assess(
 ) -> Assessment:
     got = actual.detach().to(ref.device)
     got_classes = value_classes(got)
-    class_bad = judged_mask & (got_classes != expected_classes)
-    finite = judged_mask & ~class_bad & (expected_classes == ValueClass.FINITE)
-    error = (got.to(torch.float64) - ref).abs()
-    ratio = torch.zeros(ref.shape, dtype=torch.float64, device=ref.device)
-    positive = bound > 0
-    ratio[finite & positive] = (error / bound.clamp_min(1e-300))[finite & positive]
-    ratio[finite & ~positive & (error > 0)] = float("inf")
-    ratio[class_bad] = float("inf")
+    same_class = got_classes == expected_classes
+    class_bad = judged_mask & ~same_class
+    finite = judged_mask & same_class & (expected_classes == ValueClass.FINITE)
+    error = got.to(torch.float64) - ref
+    error.abs_()  # the difference is a fresh tensor
+    # ratio = error / bound where judged finite with a positive bound, 0 elsewhere, inf on
+    # a class mismatch or an error against a bound <= 0 (or NaN); masked fills over the
+    # whole quotient, since boolean-mask writes cost a nonzero-and-scatter each (and a host
+    # sync on CUDA).
+    scored = finite & (bound > 0)
+    ratio = error / bound.clamp_min(1e-300)
+    ratio.masked_fill_(~scored, 0.0)
+    ratio.masked_fill_((finite & ~scored & (error > 0)) | class_bad, float("inf"))
     worst = float(ratio.max()) if ratio.numel() else 0.0
     failing = ratio > 1.0
     mismatches = [
@@ -396,11 +428,12 @@ def _assess(
         }
         for pos in first_positions(failing)[:MAX_POSITIONS]
     ]
+    judged = int(judged_mask.count_nonzero())
     return Assessment(
         model=model,
         params=params,
         worst_ratio=worst,
-        judged=int(judged_mask.sum()),
-        excluded=int((~judged_mask).sum()),
+        judged=judged,
+        excluded=judged_mask.numel() - judged,
         mismatches=mismatches,
     )
