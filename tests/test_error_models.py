@@ -76,6 +76,20 @@ def test_elementwise_model_is_relative_with_an_optional_scale() -> None:
     assert widened.passed and widened.params["scale"] == "input-abs"
 
 
+def test_a_nan_where_the_oracle_is_finite_is_named_in_the_reason_text() -> None:
+    """An infinite worst ratio explains nothing on its own: the text says how many positions
+    changed IEEE class, and an error that is merely too large says nothing of classes."""
+    expected = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    nan_twice = torch.tensor([1.0, float("nan"), 3.0, float("nan")])
+    honest = {"native-eager": expected.to(torch.float32)}
+    result = assess_ensemble(expected, nan_twice, honest)
+    assert not result.passed and result.class_mismatches == 2
+    assert "inf; 2 position(s) of another IEEE class" in result.worst_text
+    too_far = assess_ensemble(expected, (expected * 1.01).to(torch.float32), honest)
+    assert not too_far.passed and too_far.class_mismatches == 0
+    assert "IEEE class" not in too_far.worst_text
+
+
 def test_assess_with_dispatches_on_the_model_name() -> None:
     expected, actual, mag = _row_sum_case(0.0)
     honest = {"native-eager": actual}

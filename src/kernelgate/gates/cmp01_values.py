@@ -47,7 +47,7 @@ class ValuesGate(Gate):
                     first_failure = self.failed(
                         ctx,
                         f"error exceeds the {assessment.model} bound on {case.label}, output {k}: "
-                        f"worst error/bound {assessment.worst_ratio:.3g}",
+                        f"{assessment.worst_text}",
                         run,
                         assessment.mismatches,
                     )

@@ -210,7 +210,7 @@ class LayoutsGate(Gate):
                 failure = self.failed(
                     ctx,
                     f"wrong on {plan.label}: error exceeds the {assessment.model} bound on "
-                    f"output {k} (worst error/bound {assessment.worst_ratio:.3g}); the "
+                    f"output {k} ({assessment.worst_text}); the "
                     "contract admits this layout",
                     run,
                     assessment.mismatches,

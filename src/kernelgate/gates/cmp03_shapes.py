@@ -167,7 +167,7 @@ class ShapesGate(Gate):
                     self.failed(
                         ctx,
                         f"wrong at {point.label}: error exceeds the {assessment.model} bound "
-                        f"on output {k} (worst error/bound {assessment.worst_ratio:.3g})",
+                        f"on output {k} ({assessment.worst_text})",
                         outcome,
                         assessment.mismatches,
                     )

@@ -72,7 +72,7 @@ def judge_run(
         if not assessment.passed:
             reason = (
                 f"error exceeds the {assessment.model} bound on {case.label}, output {k}: "
-                f"worst error/bound {assessment.worst_ratio:.3g}"
+                f"{assessment.worst_text}"
             )
             return worst, params, gate.failed(ctx, reason, run, assessment.mismatches)
     return worst, params, None

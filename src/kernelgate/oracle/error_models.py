@@ -77,10 +77,23 @@ class Assessment:
     judged: int
     excluded: int  # positions where honest evaluations disagree with the oracle's class
     mismatches: list[dict[str, Any]] = field(default_factory=list)
+    class_mismatches: int = 0  # judged positions of another IEEE class than the oracle's
 
     @property
     def passed(self) -> bool:
         return self.worst_ratio <= 1.0
+
+    @property
+    def worst_text(self) -> str:
+        """``worst error/bound R`` for a reason, saying what an infinite R stands for: a
+        NaN where the oracle is finite reads as "inf" otherwise, which explains nothing."""
+        text = f"worst error/bound {self.worst_ratio:.3g}"
+        if self.class_mismatches:
+            text += (
+                f"; {self.class_mismatches} position(s) of another IEEE class than the "
+                "oracle's (NaN or Inf where it is finite, or the reverse)"
+            )
+        return text
 
 
 def assess_ensemble(
@@ -436,4 +449,5 @@ def _assess(
         judged=judged,
         excluded=judged_mask.numel() - judged,
         mismatches=mismatches,
+        class_mismatches=int(class_bad.count_nonzero()),
     )
