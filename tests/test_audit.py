@@ -190,6 +190,7 @@ def test_audit_writes_a_complete_report(
     # every rejected record has a replay command that names its files
     replay = by_id["nan_swallow"]["gate_replays"]["EXC-01"]
     assert replay.startswith("kernelgate verify ") and "--only EXC-01" in replay
+    assert "IEEE class" in by_id["nan_swallow"]["gate_reasons"]["EXC-01"]  # and why it failed
     report_md = (out / "report.md").read_text()
     html = (out / "report.html").read_text()
     for name in PLOTS:
@@ -465,3 +466,22 @@ def test_a_run_that_judged_nothing_still_counts_its_wall_time(tmp_path: Path) ->
     figures = throughput([run], records=0)
     assert figures["per_run"][0]["wall_s"] is not None and figures["wall_hours"] > 0
     assert figures["judged_per_hour"] == 0
+
+
+def test_report_paths_into_the_audit_folder_are_relative_to_it() -> None:
+    """A store judged on the device names that machine's paths; the report names the work
+    folders relative to the audit folder, so its replays work wherever it is carried, and
+    leaves paths outside it (a pairs corpus's own files) as they are."""
+    from kernelgate.audit.report import _local_paths
+
+    judged = (
+        "kernelgate verify /root/x/.devdata/audit/records/h100_L1_T3-1a2b3c4d/reference.py "
+        "/root/x/.devdata/audit/records/h100_L1_T3-1a2b3c4d/candidate.py --only EXC-01"
+    )
+    assert _local_paths(judged) == (
+        "kernelgate verify records/h100_L1_T3-1a2b3c4d/reference.py "
+        "records/h100_L1_T3-1a2b3c4d/candidate.py --only EXC-01"
+    )
+    outside = "kernelgate verify /corpus/honest/reference.py /corpus/records/candidate.py"
+    assert _local_paths(outside) == outside
+    assert _local_paths(None) is None

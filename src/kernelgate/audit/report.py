@@ -25,6 +25,7 @@ import html
 import io
 import json
 import math
+import re
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -129,7 +130,11 @@ def _run_end(run: dict[str, Any]) -> float | None:
 def summarize(
     rows: list[dict[str, Any]], settings: dict[str, Any], runs: list[dict[str, Any]] = ()
 ) -> dict[str, Any]:
-    """Every figure of the report, as JSON-ready data (also written as summary.json)."""
+    """Every figure of the report, as JSON-ready data (also written as summary.json).
+
+    Paths into the audit folder's records/ are given relative to the folder (``_local_paths``).
+    """
+    local = _local_paths
     loaded = [r for r in rows if r.get("stage") == "gates"]
     attempted = [
         r for r in rows if r["verdict"] not in ("unreadable",) and r.get("stage") != "reference"
@@ -259,15 +264,31 @@ def summarize(
                 "verdict": r["verdict"],
                 "stage": r.get("stage"),
                 "failed_gates": r["failed_gates"],
-                "reason": r.get("reason"),
+                "reason": local(r.get("reason")),
                 "seconds": r["seconds"],
-                "replay": r.get("replay"),
-                "gate_replays": {g["id"]: g["replay"] for g in r["gates"] if g.get("replay")},
-                "evidence": r.get("evidence"),
+                "replay": local(r.get("replay")),
+                "gate_replays": {
+                    g["id"]: local(g["replay"]) for g in r["gates"] if g.get("replay")
+                },
+                "gate_reasons": {
+                    g["id"]: local(g.get("reason")) for g in r["gates"] if g.get("status") == "fail"
+                },
+                "evidence": local(r.get("evidence")),
             }
             for r in rows
         ],
     }
+
+
+# A record's work folder (audit.judge.work_folder_name) wherever the store was written: the
+# part of a path before it is that machine's own.
+_WORK_FOLDER_PATH = re.compile(r"[^\s'\"]*/(?=records/[A-Za-z0-9._-]+-[0-9a-f]{8}/)")
+
+
+def _local_paths(text: str | None) -> str | None:
+    """``text`` with paths into the audit folder's records/ made relative to the folder, so
+    replay commands work wherever the folder was carried (run them from it)."""
+    return _WORK_FOLDER_PATH.sub("", text) if isinstance(text, str) else text
 
 
 # -- plots -----------------------------------------------------------------------------------
@@ -545,20 +566,44 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
     return tables
 
 
-def _rejected_entries(summary: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
-    """(id, what failed, replay commands) for every rejected record."""
+def _rejected_entries(
+    summary: dict[str, Any],
+) -> list[tuple[str, str, list[tuple[str, str, str | None]]]]:
+    """(id, headline, [(gate or stage, why, replay command)]) for every rejected record."""
     entries = []
     for row in summary["rows"]:
         if row["verdict"] != "rejected":
             continue
         if row["failed_gates"]:
             what = "failed " + ", ".join(row["failed_gates"])
-            replays = [row["gate_replays"].get(g) or row["replay"] for g in row["failed_gates"]]
+            reasons = row.get("gate_reasons") or {}
+            failures = [
+                (g, reasons.get(g) or "", row["gate_replays"].get(g) or row["replay"])
+                for g in row["failed_gates"]
+            ]
         else:
-            what = f"rejected at {row['stage'] or 'load'}: {row['reason'] or ''}"
-            replays = [row["replay"]] if row["replay"] else []
-        entries.append((row["id"], f"{what} (old check: {row['old_check']})", replays))
+            stage = row["stage"] or "load"
+            what = f"rejected at {stage}"
+            failures = [(stage, row["reason"] or "", row["replay"])]
+        entries.append((row["id"], f"{what} (old check: {row['old_check']})", failures))
     return entries
+
+
+REPLAY_NOTE = (
+    "Each failure's reason, and the command that replays it: run it from the audit folder "
+    "(paths are relative to it; its records/ folder holds each record's files)."
+)
+
+
+def _source_text(settings: dict[str, Any]) -> str:
+    """The corpus by name, content digest and format (its path is this machine's own)."""
+    digest = str(settings.get("source_sha256") or "")[:12]
+    name = Path(str(settings.get("source", "?"))).name
+    return f"`{name}` ({settings.get('format')}" + (f", sha256 {digest}…)" if digest else ")")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _other_entries(summary: dict[str, Any]) -> list[tuple[str, str]]:
@@ -573,8 +618,8 @@ def _markdown(summary: dict[str, Any], images: dict[str, bytes]) -> str:
     lines = [
         "# kernelgate audit",
         "",
-        f"Source: `{summary['settings']['source']}` ({summary['settings']['format']}), "
-        f"device `{summary['settings']['device']}`, {summary['records']} records.",
+        f"Source: {_source_text(summary['settings'])}, device "
+        f"`{summary['settings']['device']}`, {summary['records']} records.",
         "",
     ]
     for title, header, rows in _sections(summary):
@@ -587,10 +632,13 @@ def _markdown(summary: dict[str, Any], images: dict[str, bytes]) -> str:
         lines += ["## Plots", ""]
         lines += [f"![{PLOTS[name]}]({name}.png)" for name in images]
         lines.append("")
-    lines += ["## Rejected records", ""]
-    for record_id, what, replays in _rejected_entries(summary):
+    lines += ["## Rejected records", "", REPLAY_NOTE, ""]
+    for record_id, what, failures in _rejected_entries(summary):
         lines.append(f"- `{record_id}`: {what}")
-        lines += [f"  - replay: `{command}`" for command in replays]
+        for gate, why, command in failures:
+            lines.append(f"  - {gate}: {_one_line(why)}")
+            if command:
+                lines.append(f"    replay: `{command}`")
     lines += ["", "## Unreadable and error records", ""]
     lines += [f"- `{record_id}`: {what}" for record_id, what in _other_entries(summary)] or [
         "- none"
@@ -611,9 +659,8 @@ def _html(summary: dict[str, Any], images: dict[str, bytes]) -> str:
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>kernelgate audit</title>",
         f"<style>{HTML_STYLE}</style></head><body><h1>kernelgate audit</h1>",
-        f"<p>Source <code>{e(str(summary['settings']['source']))}</code> "
-        f"({e(summary['settings']['format'])}), device <code>{e(summary['settings']['device'])}"
-        f"</code>, {summary['records']} records.</p>",
+        f"<p>Source: {e(_source_text(summary['settings']))}, device "
+        f"<code>{e(summary['settings']['device'])}</code>, {summary['records']} records.</p>",
     ]
     for title, header, rows in _sections(summary):
         parts.append(f"<h2>{e(title)}</h2><table><tr>")
@@ -630,13 +677,17 @@ def _html(summary: dict[str, Any], images: dict[str, bytes]) -> str:
             f"<h3>{e(PLOTS[name])}</h3><img alt='{e(name)}' src='data:image/png;base64,{data}'>"
         )
     parts.append(
-        "<h2>Rejected records</h2><table><tr><th>record</th><th>what failed</th>"
-        "<th>replay</th></tr>"
+        f"<h2>Rejected records</h2><p>{e(REPLAY_NOTE)}</p><table><tr><th>record</th>"
+        "<th>what failed</th><th>why, and the replay</th></tr>"
     )
-    for record_id, what, replays in _rejected_entries(summary):
-        commands = "<br>".join(f"<code>{e(c)}</code>" for c in replays)
+    for record_id, what, failures in _rejected_entries(summary):
+        details = "<br>".join(
+            f"<b>{e(gate)}</b>: {e(_one_line(why))}"
+            + (f"<br><code>{e(command)}</code>" if command else "")
+            for gate, why, command in failures
+        )
         parts.append(
-            f"<tr><td><code>{e(record_id)}</code></td><td>{e(what)}</td><td>{commands}</td></tr>"
+            f"<tr><td><code>{e(record_id)}</code></td><td>{e(what)}</td><td>{details}</td></tr>"
         )
     parts.append(
         "</table><h2>Unreadable and error records</h2><table>"
