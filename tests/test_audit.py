@@ -485,3 +485,55 @@ def test_report_paths_into_the_audit_folder_are_relative_to_it() -> None:
     outside = "kernelgate verify /corpus/honest/reference.py /corpus/records/candidate.py"
     assert _local_paths(outside) == outside
     assert _local_paths(None) is None
+
+
+def test_records_deferred_for_memory_are_retried_a_few_at_a_time_then_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's memory failures are judged again a quarter of the pool at a time, and what
+    still fails there alone: a big record finishes beside one other, a huge one only alone,
+    and each row says how many judged beside it."""
+    from kernelgate.audit import runner
+    from kernelgate.audit.judge import base_row, error_row
+
+    fits_beside = {"honest": 8, "nan_swallow": 2, "crash": 1}  # most judges at once
+    calls: list[tuple[int, list[str]]] = []
+
+    class FakeExecutor:
+        def __init__(self, workers: int) -> None:
+            self.workers, self.description = workers, f"fake, {workers}"
+
+        def judge_all(self, records, options):
+            calls.append((self.workers, sorted(r.id for r in records)))
+            for record in records:
+                if self.workers > fits_beside[record.id]:
+                    yield (
+                        record,
+                        error_row(record, "CUDA out of memory", 1.0)
+                        | {"device_memory_incident": True},
+                    )
+                else:
+                    yield record, base_row(record) | {"verdict": "verified", "stage": "gates"}
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(
+        runner, "make_executor", lambda kind, *, workers, **_: FakeExecutor(workers)
+    )
+    corpus = write_pairs(tmp_path / "corpus", list(fits_beside))
+    runner.run_audit(corpus, tmp_path / "out", workers=8)
+    assert calls == [
+        (8, ["crash", "honest", "nan_swallow"]),
+        (2, ["crash", "nan_swallow"]),
+        (1, ["crash"]),
+    ]
+    with sqlite3.connect(tmp_path / "out" / STORE_NAME) as db:
+        rows = {i: json.loads(d) for i, d in db.execute("SELECT id, data FROM rows")}
+        assert db.execute("SELECT COUNT(*) FROM alone").fetchone()[0] == 0
+    assert {i: (r["verdict"], r.get("retry_pool")) for i, r in rows.items()} == {
+        "honest": ("verified", None),
+        "nan_swallow": ("verified", 2),
+        "crash": ("verified", 1),
+    }
+    assert rows["crash"]["judged_alone"] and not rows["nan_swallow"]["judged_alone"]

@@ -64,6 +64,23 @@ def source_digest(source: Path) -> str:
     return digest.hexdigest()
 
 
+# The share of the pool's workers that judges records deferred for memory together, before
+# the last resort of one at a time: the records a full machine defers are its largest, and
+# a few of them fit where the whole pool did not.
+RETRY_POOL_SHARE = 4
+
+
+def retry_pool_sizes(workers: int) -> list[int]:
+    """Pool sizes for records deferred for memory: a quarter of the pool, then one."""
+    few = workers // RETRY_POOL_SHARE
+    return [few, 1] if few > 1 else [1]
+
+
+def memory_failure(row: dict[str, Any]) -> bool:
+    """Whether the record's judging failed for memory (killed from outside, or a full GPU)."""
+    return killed_by_the_system(row) or ran_out_of_device_memory(row)
+
+
 def write_report_from_store(out_dir: Path) -> dict[str, Any]:
     """Rewrite the report of ``out_dir`` from its store alone (no device, nothing judged)."""
     if not (out_dir / STORE_NAME).exists():
@@ -124,9 +141,7 @@ def run_audit(
         raise
     try:
         if retry_errors:  # a judge killed for memory, say: the candidate was never judged
-            troubled = store.ids_where(
-                lambda row: killed_by_the_system(row) or ran_out_of_device_memory(row)
-            )
+            troubled = store.ids_where(memory_failure)
             store.forget(store.error_ids() | troubled)
             for record_id in troubled:  # memory was the trouble: the pool would repeat it
                 store.defer_alone(record_id, "retried after a memory failure")
@@ -159,20 +174,26 @@ def run_audit(
             alone = [r for r in todo if r.id in deferred]
             readable = [r for r in todo if r.unreadable is None and r.id not in deferred]
             for record, row in pool.judge_all(readable, options):
-                if (
-                    killed_by_the_system(row) or ran_out_of_device_memory(row)
-                ) and pool.workers > 1:
+                if memory_failure(row) and pool.workers > 1:
                     store.defer_alone(record.id, str(row.get("reason") or "device memory incident"))
                     alone.append(record)
                 else:
                     keep(record, row)
-            if alone:  # once more, one at a time, with the machine to themselves
-                solo = make_executor(executor, workers=1, device=device, ray_address=ray_address)
+            # once more with fewer beside them, then one at a time with the machine to itself
+            for few in retry_pool_sizes(pool.workers):
+                if not alone:
+                    break
+                retry = make_executor(executor, workers=few, device=device, ray_address=ray_address)
+                again: list[CorpusRecord] = []
                 try:
-                    for record, row in solo.judge_all(alone, options):
-                        keep(record, row | {"judged_alone": True})
+                    for record, row in retry.judge_all(alone, options):
+                        if few > 1 and memory_failure(row):
+                            again.append(record)  # still deferred in the store
+                        else:
+                            keep(record, row | {"judged_alone": few == 1, "retry_pool": few})
                 finally:
-                    solo.close()
+                    retry.close()
+                alone = again
         summary = write_report(out_dir, store.rows(), settings, store.runs())
         return AuditOutcome(len(records), len(todo), out_dir, summary)
     finally:
