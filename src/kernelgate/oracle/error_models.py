@@ -333,6 +333,16 @@ def accumulate_unit_roundoff(params: dict[str, Any]) -> float:
     return unit_roundoff(getattr(torch, str(params.get("accumulate_dtype", "float32"))))
 
 
+def _elementwise_scale(
+    params: dict[str, Any], magnitude: torch.Tensor | None
+) -> torch.Tensor | None:
+    """The scale an ``elementwise`` contract measures errors against: the library entry's
+    magnitude where its recipe names one, else None (the output's own |ref|)."""
+    if magnitude is None or str(params.get("magnitude", "output")) == "output":
+        return None
+    return magnitude
+
+
 def admissible_error(
     model: str,
     params: dict[str, Any],
@@ -359,9 +369,9 @@ def admissible_error(
     if model == "ensemble":
         per_element = _honest_error(ref, honest, judged)
         return SAFETY.ensemble * (per_element + SAFETY.roundoff_units * u * ref.abs())
-    recipe = str(params.get("magnitude", "output"))
     if model == "elementwise":
-        scale = ref.abs() if magnitude is None or recipe == "output" else magnitude.abs()
+        scale = _elementwise_scale(params, magnitude)
+        scale = ref.abs() if scale is None else scale.abs()
         return SAFETY.elementwise_units * u * scale.to(torch.float64)
     if model == "order":
         mag = ref.abs() if magnitude is None else magnitude
@@ -387,7 +397,7 @@ def assess_with(
         return assess_ensemble(expected, actual, honest)
     recipe = str(params.get("magnitude", "output"))
     if model == "elementwise":
-        scale = None if magnitude is None or recipe == "output" else magnitude
+        scale = _elementwise_scale(params, magnitude)
         return assess_elementwise(
             expected, actual, honest, scale=scale, scale_name="|ref|" if scale is None else recipe
         )
