@@ -41,6 +41,18 @@ def kernelgate(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[
     )
 
 
+def stored_rows(out: Path) -> dict[str, dict[str, Any]]:
+    """The store's rows by record id, read straight from its SQLite file."""
+    with sqlite3.connect(out / STORE_NAME) as db:
+        return {i: json.loads(d) for i, d in db.execute("SELECT id, data FROM rows")}
+
+
+def deferred_count(out: Path) -> int:
+    """Entries left in the store's table of records deferred for memory."""
+    with sqlite3.connect(out / STORE_NAME) as db:
+        return db.execute("SELECT COUNT(*) FROM alone").fetchone()[0]
+
+
 def outcomes(summary: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
     """What must not depend on the executor: verdict, failed gates, old-check results."""
     return {
@@ -386,8 +398,7 @@ def test_a_record_out_of_device_memory_beside_others_is_judged_again_alone(
         "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"
     )
     assert result.returncode == 0, result.stderr
-    with sqlite3.connect(out / STORE_NAME) as db:
-        rows = {i: json.loads(d) for i, d in db.execute("SELECT id, data FROM rows")}
+    rows = stored_rows(out)
     assert rows["greedy"]["judged_alone"] and rows["greedy"]["device_memory_incident"]
     assert rows["greedy"]["verdict"] == "rejected" and "RES-01" in rows["greedy"]["failed_gates"]
     assert not rows["honest"].get("judged_alone") and rows["honest"]["verdict"] == "verified"
@@ -415,7 +426,7 @@ def test_a_candidate_that_cannot_load_on_a_full_gpu_is_judged_again_alone(
     assert result.returncode == 0, result.stderr
     with sqlite3.connect(out / STORE_NAME) as db:
         rows = {i: (r, json.loads(d)) for i, r, d in db.execute("SELECT id, run, data FROM rows")}
-        assert db.execute("SELECT COUNT(*) FROM alone").fetchone()[0] == 0
+    assert deferred_count(out) == 0
     assert {i: r for i, (r, _) in rows.items()} == {"honest": 1, "starved": 2}
     assert rows["starved"][1]["judged_alone"]  # retried alone, not in the pool again
 
@@ -439,9 +450,8 @@ def test_a_record_deferred_to_be_judged_alone_stays_deferred_across_a_resume(
     store.close()
     result = kernelgate(*args, "--resume")
     assert result.returncode == 0, result.stderr
-    with sqlite3.connect(out / STORE_NAME) as db:
-        rows = {i: json.loads(d) for i, d in db.execute("SELECT id, data FROM rows")}
-        assert db.execute("SELECT COUNT(*) FROM alone").fetchone()[0] == 0
+    rows = stored_rows(out)
+    assert deferred_count(out) == 0
     assert rows[second].get("judged_alone") and not rows[first].get("judged_alone")
     assert rows[second]["verdict"] == EXPECTED[second][0]
     peak = rows[second]["peak_memory"]  # for planning how many judges a machine holds
@@ -528,9 +538,8 @@ def test_records_deferred_for_memory_are_retried_a_few_at_a_time_then_alone(
         (2, ["crash", "nan_swallow"]),
         (1, ["crash"]),
     ]
-    with sqlite3.connect(tmp_path / "out" / STORE_NAME) as db:
-        rows = {i: json.loads(d) for i, d in db.execute("SELECT id, data FROM rows")}
-        assert db.execute("SELECT COUNT(*) FROM alone").fetchone()[0] == 0
+    rows = stored_rows(tmp_path / "out")
+    assert deferred_count(tmp_path / "out") == 0
     assert {i: (r["verdict"], r.get("retry_pool")) for i, r in rows.items()} == {
         "honest": ("verified", None),
         "nan_swallow": ("verified", 2),

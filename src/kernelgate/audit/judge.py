@@ -141,13 +141,19 @@ def ran_out_of_device_memory(row: dict[str, Any]) -> bool:
     """Whether the GPU ran out of memory anywhere in the record's judging: in a candidate
     call (RES-01's incidents), while the candidate loaded, in the old check, or in the judge
     itself. With other judges on the same GPU the memory may have been theirs, so such a
-    record is judged again alone, where the same failure is the record's own."""
+    record is judged again with fewer beside it, and at last alone, where the same failure
+    is the record's own."""
     if row.get("device_memory_incident"):
         return True
     if row.get("verdict") == ERROR or row.get("stage") == "load":
         return bool(_DEVICE_MEMORY_SIGNS.search(str(row.get("reason"))))
     failure = (row.get("old_check_detail") or {}).get("failure")
     return bool(failure and _DEVICE_MEMORY_SIGNS.search(str(failure)))
+
+
+def memory_failure(row: dict[str, Any]) -> bool:
+    """Whether the record's judging failed for memory (killed from outside, or a full GPU)."""
+    return killed_by_the_system(row) or ran_out_of_device_memory(row)
 
 
 def _device_memory_incident(incidents: list[dict[str, Any]]) -> bool:

@@ -18,8 +18,7 @@ from typing import Any
 from kernelgate.audit.executors import make_executor
 from kernelgate.audit.judge import (
     AuditOptions,
-    killed_by_the_system,
-    ran_out_of_device_memory,
+    memory_failure,
     unreadable_row,
 )
 from kernelgate.audit.report import write_report
@@ -74,11 +73,6 @@ def retry_pool_sizes(workers: int) -> list[int]:
     """Pool sizes for records deferred for memory: a quarter of the pool, then one."""
     few = workers // RETRY_POOL_SHARE
     return [few, 1] if few > 1 else [1]
-
-
-def memory_failure(row: dict[str, Any]) -> bool:
-    """Whether the record's judging failed for memory (killed from outside, or a full GPU)."""
-    return killed_by_the_system(row) or ran_out_of_device_memory(row)
 
 
 def write_report_from_store(out_dir: Path) -> dict[str, Any]:
@@ -169,7 +163,7 @@ def run_audit(
             for record in (r for r in todo if r.unreadable is not None):
                 keep(record, unreadable_row(record))
             # judges killed from outside, or out of GPU memory, beside other judges: judged
-            # again alone after the others, here or (if this run is stopped first) on resume
+            # again after the others, here or (if this run is stopped first) on resume
             deferred = store.alone_ids()
             alone = [r for r in todo if r.id in deferred]
             readable = [r for r in todo if r.unreadable is None and r.id not in deferred]

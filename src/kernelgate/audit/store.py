@@ -49,9 +49,10 @@ class ResultStore:
                 "CREATE TABLE IF NOT EXISTS runs (run INTEGER PRIMARY KEY AUTOINCREMENT,"
                 " started REAL NOT NULL, info TEXT NOT NULL)"
             )
-            # Records that must be judged alone, remembered until they have a row: a run
-            # stopped before its alone phase must not send them back into the pool, where
-            # the same memory pile-up would defer them again, every session.
+            # Records deferred for memory (judged again after the pool: a few at a time, then
+            # alone), remembered until they have a row: a run stopped before reaching them
+            # must not send them back into the pool, where the same memory pile-up would
+            # defer them again, every session.
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS alone (id TEXT PRIMARY KEY, reason TEXT NOT NULL)"
             )
@@ -143,12 +144,12 @@ class ResultStore:
             self._db.executemany("DELETE FROM rows WHERE id = ?", [(i,) for i in sorted(ids)])
 
     def defer_alone(self, record_id: str, reason: str) -> None:
-        """Remember that ``record_id`` is to be judged alone (see the ``alone`` table)."""
+        """Remember that ``record_id`` is deferred for memory (see the ``alone`` table)."""
         with self._transaction():
             self._db.execute("INSERT OR REPLACE INTO alone VALUES (?, ?)", (record_id, reason))
 
     def alone_ids(self) -> set[str]:
-        """Records deferred to be judged alone that have no row yet."""
+        """Records deferred for memory that have no row yet."""
         return {
             r[0]
             for r in self._db.execute("SELECT id FROM alone WHERE id NOT IN (SELECT id FROM rows)")
@@ -243,11 +244,9 @@ class RunHeartbeat:
         try:
             while True:
                 db.execute("UPDATE runs SET last_seen = ? WHERE run = ?", (time.time(), self.run))
-                if self._stop.wait(self.interval):
-                    db.execute(
-                        "UPDATE runs SET last_seen = ? WHERE run = ?", (time.time(), self.run)
-                    )
+                if self._stop.is_set():  # the last stamp, made after the stop was asked
                     return
+                self._stop.wait(self.interval)
         finally:
             db.close()
 
