@@ -83,3 +83,47 @@ def test_an_assessment_moves_to_the_cpu_when_the_device_is_full(monkeypatch) -> 
     assessment = ctx.assess(case, 0, actual)
     assert tried == ["meta", "cpu"]
     assert assessment.passed and assessment.params["judged_on"].startswith("cpu")
+
+
+STATEFUL_REFERENCE = '''
+import torch
+
+class Model(torch.nn.Module):
+    """State the way CUDA-L1's references keep it: a hidden state as a plain tensor
+    attribute (the LSTM problems) and a closure over a submodule (minGPT's block)."""
+
+    def __init__(self, features):
+        super().__init__()
+        self.rnn = torch.nn.GRU(features, features, batch_first=True)
+        self.h0 = torch.randn(1, 2, features)
+        self.mlp = torch.nn.Linear(features, features)
+        mlp = self.mlp
+        self.mlpf = lambda x: mlp(x)
+
+    def forward(self, x):
+        self.h0 = self.h0.to(x.device)
+        out, _ = self.rnn(x, self.h0)
+        return self.mlpf(out)
+
+def get_inputs():
+    return [torch.randn(2, 5, 8)]
+
+def get_init_inputs():
+    return [8]
+'''
+
+
+def test_oracle_is_float64_through_plain_tensor_state_and_closures(tmp_path) -> None:
+    """A deep copy cast with ``Module.to`` leaves ``h0`` and the closure's Linear in float32:
+    torch refuses the mixed GRU, and the closure would run the float32 weights."""
+    path = tmp_path / "reference.py"
+    path.write_text(STATEFUL_REFERENCE)
+    oracle = Oracle(load_reference(path))
+    x = torch.randn(2, 5, 8)
+    (expected,) = oracle.expected([x])
+    assert expected.dtype == torch.float64
+    model = oracle.model.double()  # the native model, cast by hand the thorough way
+    model.h0 = model.h0.double()
+    with torch.no_grad():
+        assert torch.equal(expected, model(x.double()))
+    assert oracle.on_cpu([x], torch.float32)[0].dtype == torch.float32

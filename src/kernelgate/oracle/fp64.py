@@ -2,13 +2,12 @@
 
 The reference model is built the way KernelBench builds it (seed 42 before
 ``get_init_inputs`` and before ``Model``), so the weights are bit-for-bit those the
-candidate's ``ModelNew`` gets in the worker. The oracle is a float64 copy of that model
+candidate's ``ModelNew`` gets in the worker. The oracle is a float64 build of that model
 applied to float64 copies of the exact input values the candidate receives.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +36,31 @@ def cast_values(value: Any, dtype: torch.dtype | None, device: torch.device) -> 
     return value
 
 
+def model_in_dtype(
+    program: ReferenceProgram,
+    init_inputs: list[Any],
+    device: torch.device | str,
+    dtype: torch.dtype,
+) -> torch.nn.Module:
+    """The reference model built afresh (same seed, same weights) on ``device``, with every
+    floating tensor it holds in ``dtype``.
+
+    Built afresh, not deep-copied: ``copy.deepcopy`` keeps functions as they are, so a model
+    that holds a closure over one of its submodules (minGPT's block keeps its MLP as
+    ``self.mlpf = lambda x: m.c_proj(...)``) would run the original float32 submodule inside
+    the float64 copy. And ``Module.to`` converts parameters and buffers only: references that
+    keep state as a plain tensor attribute (CUDA-L1's LSTM and GRU problems hold their initial
+    hidden state as ``self.h0 = torch.randn(...)``) would feed float32 state into the float64
+    oracle, which torch refuses; those attributes are cast too.
+    """
+    model = program.build_model(init_inputs).to(device, dtype).eval()
+    for module in model.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                setattr(module, name, value.to(device, dtype))
+    return model
+
+
 @dataclass
 class Oracle:
     """Evaluates the trusted reference: in float64 (the law) and honestly in native dtypes."""
@@ -47,7 +71,7 @@ class Oracle:
     def __post_init__(self) -> None:
         self.init_inputs = self.program.init_inputs()
         self.model = self.program.build_model(self.init_inputs).eval()
-        self.model64 = copy.deepcopy(self.model).to(self.device, torch.float64).eval()
+        self.model64 = model_in_dtype(self.program, self.init_inputs, self.device, torch.float64)
         self.model_native = self.model.to(self.device)
         self._cpu_models: dict[torch.dtype, torch.nn.Module] = {}
 
@@ -67,7 +91,7 @@ class Oracle:
     def on_cpu(self, inputs: list[Any], dtype: torch.dtype) -> list[Any]:
         """The reference in ``dtype`` on the CPU: an honest evaluation independent of device."""
         if dtype not in self._cpu_models:
-            self._cpu_models[dtype] = copy.deepcopy(self.model).to("cpu", dtype).eval()
+            self._cpu_models[dtype] = model_in_dtype(self.program, self.init_inputs, "cpu", dtype)
         outputs = self._cpu_models[dtype](*cast_values(inputs, dtype, torch.device("cpu")))
         return flatten_outputs(outputs)
 
