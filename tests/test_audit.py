@@ -22,6 +22,7 @@ import pytest
 from kernelgate.audit.report import PLOTS
 from kernelgate.audit.store import STORE_NAME
 from kernelgate.formats.corpus import detect_format, read_corpus
+from kernelgate.gates import GATE_IDS
 
 from .audit_corpus import CANDIDATES, EXPECTED, REFERENCE, write_pairs
 from .conftest import ROOT
@@ -435,7 +436,7 @@ def test_a_record_deferred_to_be_judged_alone_stays_deferred_across_a_resume(
     tmp_path: Path,
 ) -> None:
     """A run stopped before its alone phase leaves the deferred record without a row; the
-    resume judges it alone, after the others, not in the pool."""
+    resume judges it alone, not in the pool."""
     corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow"])
     out = tmp_path / "out"
     args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
@@ -546,3 +547,81 @@ def test_records_deferred_for_memory_are_retried_a_few_at_a_time_then_alone(
         "crash": ("verified", 1),
     }
     assert rows["crash"]["judged_alone"] and not rows["nan_swallow"]["judged_alone"]
+
+
+def test_a_judge_killed_mid_record_resumes_at_its_next_gate(tmp_path: Path) -> None:
+    """A judge killed from outside half-way through its gates (the deadline of a device
+    call, the OOM killer) loses nothing it finished: the retry takes the old check and the
+    finished gates from the record's work folder and runs only the rest. Here the candidate
+    kills its judge on its 12th call (in CMP-02), once."""
+    calls, kills, old_checks = (tmp_path / name for name in ("calls", "kills", "old-checks"))
+    killer = (
+        "import os, signal, sys\n"
+        "if sys.argv[0].endswith('oldcheck.py'):\n"
+        f"    open({str(old_checks)!r}, 'a').write('x')\n"
+        "def _count():\n"
+        "    if not sys.argv[0].endswith('worker.py'):\n"
+        "        return\n"
+        f"    open({str(calls)!r}, 'a').write('x')\n"
+        f"    if len(open({str(calls)!r}).read()) == 12 and not os.path.exists({str(kills)!r}):\n"
+        f"        open({str(kills)!r}, 'w').write('killed')\n"
+        "        os.kill(os.getppid(), signal.SIGKILL)\n"
+    )
+    corpus = tmp_path / "corpus" / "killer"
+    corpus.mkdir(parents=True)
+    (corpus / "reference.py").write_text(REFERENCE)
+    (corpus / "candidate.py").write_text(
+        killer + CANDIDATES["honest"].replace("return torch", "_count()\n        return torch")
+    )
+    out = tmp_path / "out"
+    result = kernelgate(
+        "audit", str(corpus.parent), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"
+    )
+    assert result.returncode == 0, result.stderr
+    row = stored_rows(out)["killer"]
+    assert kills.exists() and row["judged_alone"]
+    assert row["verdict"] == "verified" and row["old_check"] == "accepted"
+    resumed = row["resumed_gates"]  # the gates finished before the 12th call, in order
+    assert 0 < len(resumed) < len(GATE_IDS) and resumed == list(GATE_IDS[: len(resumed)])
+    assert old_checks.read_text() == "x"  # one old check: the retry took its result
+    work = next((out / "records").iterdir())
+    assert not (work / "gates.jsonl").exists() and not (work / "old_check.json").exists()
+    assert "CMP-02 started" in (work / "judge.log").read_text()
+
+
+def test_records_an_earlier_run_deferred_go_first_on_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a pool that a deadline stops, records deferred for memory would never start:
+    a resume judges them first, a few at a time, then the rest in the full pool."""
+    from kernelgate.audit import runner
+    from kernelgate.audit.judge import base_row
+    from kernelgate.audit.store import ResultStore
+
+    calls: list[tuple[int, list[str]]] = []
+
+    class FakeExecutor:
+        def __init__(self, workers: int) -> None:
+            self.workers, self.description = workers, f"fake, {workers}"
+
+        def judge_all(self, records, options):
+            calls.append((self.workers, sorted(r.id for r in records)))
+            for record in records:
+                yield record, base_row(record) | {"verdict": "verified", "stage": "gates"}
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(
+        runner, "make_executor", lambda kind, *, workers, **_: FakeExecutor(workers)
+    )
+    corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow", "crash"])
+    out = tmp_path / "out"
+    runner.run_audit(corpus, out, workers=8, limit=0)  # a store with no rows yet
+    calls.clear()
+    store = ResultStore(out / STORE_NAME)
+    store.defer_alone("crash", "test: out of memory beside others in an earlier run")
+    store.close()
+    runner.run_audit(corpus, out, workers=8, resume=True)
+    assert calls == [(2, ["crash"]), (8, ["honest", "nan_swallow"])]
+    assert stored_rows(out)["crash"]["retry_pool"] == 2 and deferred_count(out) == 0

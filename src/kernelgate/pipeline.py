@@ -25,6 +25,7 @@ from kernelgate.formats.kernelbench import (
 )
 from kernelgate.gates import GATE_IDS, GATES
 from kernelgate.gates.base import GateContext, GateResult, run_gate
+from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
 from kernelgate.sandbox.session import WorkerSession
 from kernelgate.verdict import Outcome, Verdict, combine, environment
@@ -53,6 +54,7 @@ def verify(
     only: Sequence[str] | None = None,
     on_gate: Callable[[str, GateResult | None], None] | None = None,
     sanitize: bool = False,
+    journal: GateJournal | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -60,7 +62,8 @@ def verify(
     ``ModelNew``, a candidate that does not load); every behaviour of a loaded candidate,
     crashes and hangs included, becomes a gate result instead. ``sanitize`` (device mode)
     makes RES-01 also run the candidate under compute-sanitizer memcheck, racecheck and
-    initcheck.
+    initcheck. ``journal`` keeps each finished gate on disk and takes the gates it already
+    holds from it instead of running them again (a judge killed mid-record resumes there).
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -100,14 +103,22 @@ def verify(
             replay=replay,
             sanitize=sanitize,
         )
+        finished: dict[str, GateResult] = {}
+        if journal is not None:
+            finished, ctx.incidents, ctx.halted = journal.load()
         for gate_cls in GATES:
             gate = gate_cls()
             if on_gate is not None:
                 on_gate(gate.id, None)
-            if only and gate.id not in only and not gate.always_runs:
+            seen = len(ctx.incidents)
+            if gate.id in finished:
+                result = finished[gate.id]
+            elif only and gate.id not in only and not gate.always_runs:
                 result = gate.skipped("not selected (--only)")
             else:
                 result = run_gate(gate, ctx)
+            if journal is not None and gate.id not in finished:
+                journal.record(result, ctx.incidents[seen:], ctx.halted)
             results.append(result)
             if on_gate is not None:
                 on_gate(gate.id, result)

@@ -9,7 +9,9 @@ The parent (``judge_isolated``, run by an executor) writes ``request.json`` into
 record's work folder and starts ``python -m kernelgate.audit.judge REQUEST RESULT``; the
 child writes ``result.json`` (the row) and ``verdict.json`` (the full evidence). The work
 folder also keeps the record's reference and candidate files when the corpus held them as
-text, so every replay command in the report works after the audit.
+text, so every replay command in the report works after the audit, and, while the record is
+being judged, the old check's result and the journal of finished gates (``old_check.json``,
+``gates.jsonl``) from which a judge killed mid-record is resumed (see ``kernelgate.journal``).
 """
 
 from __future__ import annotations
@@ -30,11 +32,15 @@ from typing import Any
 from kernelgate.audit import oldcheck
 from kernelgate.audit.processes import child_env, die_with_audit_parent, kill_tree, tail
 from kernelgate.formats.corpus import CorpusRecord
+from kernelgate.journal import DEVICE_MEMORY_SIGNS, GateJournal, journal_key
 
 UNREADABLE, ERROR = "unreadable", "error"
 ACCEPTING_VERDICTS = ("verified", "narrowed")
 RECORD_LIMIT_BASE = 2 * oldcheck.LOAD_TIMEOUT + 120.0  # loading twice, plus start-up
 RECORD_LIMIT_PER_TIMEOUT = 100  # candidate calls one record may make, at most, in all
+# in a record's work folder: the gates finished so far, and the old check's result, so that
+# a judge killed mid-record (a device call's deadline) resumes where it was
+JOURNAL_NAME, OLD_CHECK_NAME = "gates.jsonl", "old_check.json"
 
 
 @dataclass(frozen=True)
@@ -128,15 +134,6 @@ def killed_by_the_system(row: dict[str, Any]) -> bool:
     return row.get("verdict") == ERROR and row.get("judge_exit") == -signal.SIGKILL
 
 
-# What CUDA, cuDNN and cuBLAS say when an allocation fails. cuDNN's "internal error" is
-# what a convolution reports when its workspace cannot be allocated on a full GPU; the last
-# phrase is the tail of PyTorch's out-of-memory message, all a one-line reason may keep of it.
-_DEVICE_MEMORY_SIGNS = re.compile(
-    r"OutOfMemoryError|out of memory|cudaErrorMemoryAllocation|CUDNN_STATUS_ALLOC_FAILED"
-    r"|CUDNN_STATUS_INTERNAL_ERROR|CUBLAS_STATUS_ALLOC_FAILED|is allocated by PyTorch"
-)
-
-
 def ran_out_of_device_memory(row: dict[str, Any]) -> bool:
     """Whether the GPU ran out of memory anywhere in the record's judging: in a candidate
     call (RES-01's incidents), while the candidate loaded, in the old check, or in the judge
@@ -146,9 +143,9 @@ def ran_out_of_device_memory(row: dict[str, Any]) -> bool:
     if row.get("device_memory_incident"):
         return True
     if row.get("verdict") == ERROR or row.get("stage") == "load":
-        return bool(_DEVICE_MEMORY_SIGNS.search(str(row.get("reason"))))
+        return bool(DEVICE_MEMORY_SIGNS.search(str(row.get("reason"))))
     failure = (row.get("old_check_detail") or {}).get("failure")
-    return bool(failure and _DEVICE_MEMORY_SIGNS.search(str(failure)))
+    return bool(failure and DEVICE_MEMORY_SIGNS.search(str(failure)))
 
 
 def memory_failure(row: dict[str, Any]) -> bool:
@@ -157,7 +154,7 @@ def memory_failure(row: dict[str, Any]) -> bool:
 
 
 def _device_memory_incident(incidents: list[dict[str, Any]]) -> bool:
-    return any(_DEVICE_MEMORY_SIGNS.search(str(i.get("detail"))) for i in incidents)
+    return any(DEVICE_MEMORY_SIGNS.search(str(i.get("detail"))) for i in incidents)
 
 
 # -- the parent's side -----------------------------------------------------------------------
@@ -224,7 +221,7 @@ def judge_isolated(
             judge_exit=code,
         )
         # the traceback's last line rarely names the cause: CUDA's advice follows it
-        return row | {"device_memory_incident": bool(_DEVICE_MEMORY_SIGNS.search(log_tail))}
+        return row | {"device_memory_incident": bool(DEVICE_MEMORY_SIGNS.search(log_tail))}
 
 
 # -- the child's side ------------------------------------------------------------------------
@@ -282,12 +279,16 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
     except (OSError, UnicodeDecodeError):
         backend = None
     row["backend"] = backend
-    if backend == "cuda" and options.device == "cpu":
-        old = oldcheck.not_run("CUDA C++ candidate: the old check needs a GPU (--device cuda)")
-    else:
-        old = oldcheck.run_old_check(
-            reference, candidate, device=options.device, timeout=options.timeout
-        )
+    key = journal_key(
+        reference,
+        candidate,
+        code=code_digest(),
+        device=options.device,
+        timeout=options.timeout,
+        seed=options.seed,
+    )
+    journal = GateJournal(work / JOURNAL_NAME, key)
+    old = _old_check(reference, candidate, backend, options, work / OLD_CHECK_NAME, key)
     row |= {
         "old_check": old["status"],
         "old_check_current": old.get("status_current", old["status"]),
@@ -300,6 +301,8 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
             device=options.device,
             timeout=options.timeout,
             seed=options.seed,
+            journal=journal,
+            on_gate=_log_gate,
         )
     except CandidateLoadError as exc:
         row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
@@ -331,10 +334,55 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
             "device_memory_incident": _device_memory_incident(
                 verdict.gate("RES-01").evidence.get("incidents", [])
             ),
+            "resumed_gates": journal.resumed,
         }
+    # the row is what resumes from now on: a retried or re-judged record starts afresh
+    journal.discard()
+    (work / OLD_CHECK_NAME).unlink(missing_ok=True)
     row["seconds"] = round(time.monotonic() - started, 2)
     row["peak_memory"] = peak_memory()
     return row
+
+
+def _old_check(
+    reference: Path,
+    candidate: Path,
+    backend: str | None,
+    options: AuditOptions,
+    saved: Path,
+    key: str,
+) -> dict[str, Any]:
+    """The harness's own check, or its result from an earlier attempt at the same record
+    (same programs, settings and code: ``key``), which the journal's gates then follow.
+    A check that ran out of device memory is run again: that is why the record is retried."""
+    try:
+        earlier = json.loads(saved.read_text())
+        failure = str(earlier["result"].get("failure"))
+        if earlier["key"] == key and not DEVICE_MEMORY_SIGNS.search(failure):
+            return earlier["result"]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        pass
+    if backend == "cuda" and options.device == "cpu":
+        old = oldcheck.not_run("CUDA C++ candidate: the old check needs a GPU (--device cuda)")
+    else:
+        old = oldcheck.run_old_check(
+            reference, candidate, device=options.device, timeout=options.timeout
+        )
+    saved.write_text(json.dumps({"key": key, "result": old}))
+    return old
+
+
+def _log_gate(gate_id: str, result: Any) -> None:
+    """One line per gate in the record's judge.log: where a slow or killed judge was."""
+    stamp = time.strftime("%H:%M:%S")
+    if result is None:
+        print(f"{stamp} {gate_id} started", file=sys.stderr, flush=True)
+    else:
+        print(
+            f"{stamp} {gate_id} {result.status.value} ({result.seconds:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def peak_memory() -> dict[str, int | None]:

@@ -162,32 +162,41 @@ def run_audit(
         with alive:
             for record in (r for r in todo if r.unreadable is not None):
                 keep(record, unreadable_row(record))
-            # judges killed from outside, or out of GPU memory, beside other judges: judged
-            # again after the others, here or (if this run is stopped first) on resume
+
+            def judge_deferred(deferred: list[CorpusRecord]) -> None:
+                """Once more with fewer judges beside them, then one at a time with the
+                machine to itself; what fails alone is the record's own row."""
+                for few in retry_pool_sizes(pool.workers):
+                    if not deferred:
+                        return
+                    retry = make_executor(
+                        executor, workers=few, device=device, ray_address=ray_address
+                    )
+                    again: list[CorpusRecord] = []
+                    try:
+                        for record, row in retry.judge_all(deferred, options):
+                            if few > 1 and memory_failure(row):
+                                again.append(record)  # still deferred in the store
+                            else:
+                                keep(record, row | {"judged_alone": few == 1, "retry_pool": few})
+                    finally:
+                        retry.close()
+                    deferred = again
+
+            # Records an earlier run deferred (judges killed from outside, or out of GPU
+            # memory, beside other judges) go first: behind the pool, in a run stopped at a
+            # deadline, they would never start.
             deferred = store.alone_ids()
-            alone = [r for r in todo if r.id in deferred]
+            judge_deferred([r for r in todo if r.id in deferred])
             readable = [r for r in todo if r.unreadable is None and r.id not in deferred]
+            newly_deferred: list[CorpusRecord] = []
             for record, row in pool.judge_all(readable, options):
                 if memory_failure(row) and pool.workers > 1:
                     store.defer_alone(record.id, str(row.get("reason") or "device memory incident"))
-                    alone.append(record)
+                    newly_deferred.append(record)
                 else:
                     keep(record, row)
-            # once more with fewer beside them, then one at a time with the machine to itself
-            for few in retry_pool_sizes(pool.workers):
-                if not alone:
-                    break
-                retry = make_executor(executor, workers=few, device=device, ray_address=ray_address)
-                again: list[CorpusRecord] = []
-                try:
-                    for record, row in retry.judge_all(alone, options):
-                        if few > 1 and memory_failure(row):
-                            again.append(record)  # still deferred in the store
-                        else:
-                            keep(record, row | {"judged_alone": few == 1, "retry_pool": few})
-                finally:
-                    retry.close()
-                alone = again
+            judge_deferred(newly_deferred)
         summary = write_report(out_dir, store.rows(), settings, store.runs())
         return AuditOutcome(len(records), len(todo), out_dir, summary)
     finally:

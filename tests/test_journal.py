@@ -1,0 +1,99 @@
+"""The gate journal: a verification killed mid-way resumes at the next gate, never on
+another candidate's gates, and never on a gate that ran out of device memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelgate.gates import GATE_IDS
+from kernelgate.gates.base import GateKind, GateResult, Incident, Status
+from kernelgate.journal import GateJournal, journal_key
+from kernelgate.pipeline import verify
+
+from .conftest import SOFTMAX
+
+REFERENCE, HONEST = SOFTMAX / "reference.py", SOFTMAX / "honest.py"
+
+
+def statuses(verdict) -> dict[str, str]:
+    return {gate.id: gate.status.value for gate in verdict.gates}
+
+
+@pytest.fixture(scope="module")
+def journaled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict[str, str]]:
+    """A whole verification of the honest softmax, journaled (and its gates' statuses)."""
+    path = tmp_path_factory.mktemp("journal") / "gates.jsonl"
+    key = journal_key(REFERENCE, HONEST, device="cpu")
+    verdict = verify(REFERENCE, HONEST, journal=GateJournal(path, key))
+    return path, key, statuses(verdict)
+
+
+def test_every_finished_gate_is_journaled_in_order(journaled) -> None:
+    path, key, fresh = journaled
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0]) == {"schema": "kernelgate.gate-journal/1", "key": key}
+    assert [json.loads(line)["gate"]["id"] for line in lines[1:]] == list(GATE_IDS)
+    assert fresh == {gate: "pass" for gate in GATE_IDS}
+
+
+def test_a_killed_verification_resumes_at_the_next_gate(journaled, tmp_path: Path) -> None:
+    """Four gates and a line torn by the kill: the four are taken as they are, the torn one
+    and the rest run again, and the verdict is the one a fresh verification gives."""
+    path, key, fresh = journaled
+    lines = path.read_text().splitlines()
+    killed = tmp_path / "gates.jsonl"
+    killed.write_text("\n".join(lines[:5]) + "\n" + lines[5][: len(lines[5]) // 2])
+    journal = GateJournal(killed, key)
+    started: list[str] = []
+    verdict = verify(
+        REFERENCE,
+        HONEST,
+        journal=journal,
+        on_gate=lambda gate, result: started.append(gate) if result is None else None,
+    )
+    assert journal.resumed == list(GATE_IDS[:4])
+    assert statuses(verdict) == fresh
+    taken = {json.loads(line)["gate"]["id"]: json.loads(line)["gate"] for line in lines[1:5]}
+    for gate in verdict.gates[:4]:  # the journal's results, not new runs
+        assert gate.to_dict() == taken[gate.id]
+    assert started == list(GATE_IDS)  # every gate is reported, resumed or run
+    again = killed.read_text().splitlines()
+    assert [json.loads(line)["gate"]["id"] for line in again[1:]] == list(GATE_IDS)
+
+
+def test_a_journal_for_other_programs_or_settings_is_discarded(journaled, tmp_path: Path) -> None:
+    path, key, _ = journaled
+    other = tmp_path / "gates.jsonl"
+    other.write_text(path.read_text())
+    wrong_key = journal_key(REFERENCE, SOFTMAX / "nan_swallow.py", device="cpu")
+    assert wrong_key != key != journal_key(REFERENCE, HONEST, device="cuda")
+    journal = GateJournal(other, wrong_key)
+    assert journal.load() == ({}, [], None) and journal.resumed == []
+    assert other.read_text().splitlines() == [
+        json.dumps({"schema": "kernelgate.gate-journal/1", "key": wrong_key})
+    ]
+
+
+def _gate(gate_id: str) -> GateResult:
+    return GateResult(gate_id, GateKind.EXACT, gate_id, Status.PASS, "ok")
+
+
+def test_the_journal_ends_before_a_gate_that_ran_out_of_device_memory(tmp_path: Path) -> None:
+    """Such a record is retried with fewer judges beside it: that gate must run again, and
+    what follows it too; a hang's halt carries over to the gates after it."""
+    journal = GateJournal(tmp_path / "gates.jsonl", "k")
+    journal.load()
+    hung = Incident("CMP-02", "case 0", 1, "timeout", "no answer in 2 s")
+    oom = Incident("CMP-03", "case 1", 2, "error", "torch.OutOfMemoryError: CUDA out of memory")
+    journal.record(_gate("CMP-01"), [], None)
+    journal.record(_gate("CMP-02"), [hung], "candidate hung in CMP-02 (case 0)")
+    journal.record(_gate("CMP-03"), [oom], "candidate hung in CMP-02 (case 0)")
+    journal.record(_gate("PRC-01"), [], "candidate hung in CMP-02 (case 0)")
+    resumed = GateJournal(tmp_path / "gates.jsonl", "k")
+    gates, incidents, halted = resumed.load()
+    assert list(gates) == ["CMP-01", "CMP-02"] == resumed.resumed
+    assert incidents == [hung] and halted == "candidate hung in CMP-02 (case 0)"
+    assert len((tmp_path / "gates.jsonl").read_text().splitlines()) == 3  # header + two
