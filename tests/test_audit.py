@@ -446,6 +446,12 @@ def test_a_record_deferred_to_be_judged_alone_stays_deferred_across_a_resume(
     store = ResultStore(out / STORE_NAME)
     (first,) = store.done_ids()
     (second,) = {"honest", "nan_swallow"} - {first}
+    unfinished = json.loads((out / "summary.json").read_text())
+    assert unfinished["without_row"] == [second] and unfinished["corpus_records"] == 2
+    assert (
+        f"1 of 2 records (not finished: 1 without a row yet, {second};"
+        in (out / "report.md").read_text()
+    )
     store.defer_alone(second, "test: deferred by a stopped run")
     assert store.alone_ids() == {second}
     store.close()
@@ -453,6 +459,8 @@ def test_a_record_deferred_to_be_judged_alone_stays_deferred_across_a_resume(
     assert result.returncode == 0, result.stderr
     rows = stored_rows(out)
     assert deferred_count(out) == 0
+    finished = json.loads((out / "summary.json").read_text())
+    assert finished["without_row"] == [] and "2 records." in (out / "report.md").read_text()
     assert rows[second].get("judged_alone") and not rows[first].get("judged_alone")
     assert rows[second]["verdict"] == EXPECTED[second][0]
     peak = rows[second]["peak_memory"]  # for planning how many judges a machine holds

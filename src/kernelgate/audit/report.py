@@ -128,11 +128,16 @@ def _run_end(run: dict[str, Any]) -> float | None:
 
 
 def summarize(
-    rows: list[dict[str, Any]], settings: dict[str, Any], runs: list[dict[str, Any]] = ()
+    rows: list[dict[str, Any]],
+    settings: dict[str, Any],
+    runs: list[dict[str, Any]] = (),
+    corpus_ids: list[str] | None = None,
 ) -> dict[str, Any]:
     """Every figure of the report, as JSON-ready data (also written as summary.json).
 
     Paths into the audit folder's records/ are given relative to the folder (``_local_paths``).
+    ``corpus_ids`` (every record of the corpus) makes an unfinished audit say so: the figures
+    are over the records with a row, and ``without_row`` names the others.
     """
     local = _local_paths
     loaded = [r for r in rows if r.get("stage") == "gates"]
@@ -209,6 +214,8 @@ def summarize(
         "schema": SUMMARY_SCHEMA,
         "settings": settings,
         "records": len(rows),
+        "corpus_records": len(corpus_ids) if corpus_ids is not None else None,
+        "without_row": _without_row(rows, corpus_ids),
         "old_check": {k: sum(1 for r in rows if r["old_check"] == k) for k in OLD_CHECK_OUTCOMES},
         "old_check_current_tolerance": {
             k: sum(1 for r in rows if r["old_check_current"] == k) for k in OLD_CHECK_OUTCOMES
@@ -619,7 +626,7 @@ def _markdown(summary: dict[str, Any], images: dict[str, bytes]) -> str:
         "# kernelgate audit",
         "",
         f"Source: {_source_text(summary['settings'])}, device "
-        f"`{summary['settings']['device']}`, {summary['records']} records.",
+        f"`{summary['settings']['device']}`, {_records_text(summary)}.",
         "",
     ]
     for title, header, rows in _sections(summary):
@@ -660,7 +667,7 @@ def _html(summary: dict[str, Any], images: dict[str, bytes]) -> str:
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>kernelgate audit</title>",
         f"<style>{HTML_STYLE}</style></head><body><h1>kernelgate audit</h1>",
         f"<p>Source: {e(_source_text(summary['settings']))}, device "
-        f"<code>{e(summary['settings']['device'])}</code>, {summary['records']} records.</p>",
+        f"<code>{e(summary['settings']['device'])}</code>, {e(_records_text(summary))}.</p>",
     ]
     for title, header, rows in _sections(summary):
         parts.append(f"<h2>{e(title)}</h2><table><tr>")
@@ -699,14 +706,32 @@ def _html(summary: dict[str, Any], images: dict[str, bytes]) -> str:
     return "\n".join(parts)
 
 
+def _without_row(rows: list[dict[str, Any]], corpus_ids: list[str] | None) -> list[str]:
+    done = {row["id"] for row in rows}
+    return [i for i in corpus_ids or [] if i not in done]
+
+
+def _records_text(summary: dict[str, Any]) -> str:
+    """ "250 records", or, for an audit not finished yet, how far it is and what is left."""
+    missing = summary.get("without_row") or []
+    if not missing:
+        return f"{summary['records']} records"
+    return (
+        f"{summary['records']} of {summary['corpus_records']} records (not finished: "
+        f"{len(missing)} without a row yet, {', '.join(missing)}; every figure below is over "
+        "the records with a row)"
+    )
+
+
 def write_report(
     out_dir: Path,
     rows: list[dict[str, Any]],
     settings: dict[str, Any],
     runs: list[dict[str, Any]] | None = None,
+    corpus_ids: list[str] | None = None,
 ) -> dict[str, Any]:
     """Write summary.json, report.md, report.html and the plot PNGs; return the summary."""
-    summary = summarize(rows, settings, runs or [])
+    summary = summarize(rows, settings, runs or [], corpus_ids)
     images = _plots(summary, rows)
     for name, png in images.items():
         (out_dir / f"{name}.png").write_bytes(png)

@@ -81,7 +81,9 @@ def write_report_from_store(out_dir: Path) -> dict[str, Any]:
         raise KernelgateError(f"{out_dir} holds no audit store ({STORE_NAME}); run an audit first")
     store = ResultStore(out_dir / STORE_NAME)
     try:
-        return write_report(out_dir, store.rows(), store.settings(), store.runs())
+        return write_report(
+            out_dir, store.rows(), store.settings(), store.runs(), store.corpus_ids()
+        )
     finally:
         store.close()
 
@@ -116,6 +118,7 @@ def run_audit(
         raise KernelgateError("--retry-errors and --rejudge act on a store: add --resume")
     resolved_format = detect_format(source) if fmt == "auto" else fmt
     records = read_corpus(source, resolved_format, problems=problems)
+    corpus_ids = [record.id for record in records]
     if limit is not None:
         records = records[:limit]
     settings = {
@@ -139,6 +142,7 @@ def run_audit(
             store.forget(store.error_ids() | troubled)
             for record_id in troubled:  # memory was the trouble: the pool would repeat it
                 store.defer_alone(record_id, "retried after a memory failure")
+        store.set_corpus(corpus_ids)  # the report says which records still lack a row
         for gate in rejudge:  # that gate changed since those rows were judged
             store.forget(store.failed_ids(gate))
         done = store.done_ids()
@@ -197,7 +201,7 @@ def run_audit(
                 else:
                     keep(record, row)
             judge_deferred(newly_deferred)
-        summary = write_report(out_dir, store.rows(), settings, store.runs())
+        summary = write_report(out_dir, store.rows(), settings, store.runs(), corpus_ids)
         return AuditOutcome(len(records), len(todo), out_dir, summary)
     finally:
         store.close()

@@ -107,6 +107,18 @@ class ResultStore:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'settings'").fetchone()
         return json.loads(row[0]) if row else {}
 
+    def set_corpus(self, record_ids: list[str]) -> None:
+        """The ids of every record of the corpus, in order: what a complete audit has rows for."""
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('corpus', ?)", (json.dumps(record_ids),)
+            )
+
+    def corpus_ids(self) -> list[str] | None:
+        """The corpus's record ids, or None for a store written before they were kept."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'corpus'").fetchone()
+        return json.loads(row[0]) if row else None
+
     def done_ids(self) -> set[str]:
         return {r[0] for r in self._db.execute("SELECT id FROM rows")}
 
