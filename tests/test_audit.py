@@ -633,3 +633,21 @@ def test_records_an_earlier_run_deferred_go_first_on_resume(
     runner.run_audit(corpus, out, workers=8, resume=True)
     assert calls == [(2, ["crash"]), (8, ["honest", "nan_swallow"])]
     assert stored_rows(out)["crash"]["retry_pool"] == 2 and deferred_count(out) == 0
+
+
+def test_rejudge_record_judges_those_records_again_and_names_unknown_ids(tmp_path: Path) -> None:
+    """After a change that concerns some records (the oracle's, say), those are judged again
+    and the rest kept; an id the corpus lacks is a usage error that says what ids look like."""
+    corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow"])
+    out = tmp_path / "out"
+    args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
+    assert kernelgate(*args).returncode == 0
+    wrong = kernelgate(*args, "--resume", "--rejudge-record", "honset")
+    assert wrong.returncode == 2 and "no record with id 'honset'" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
+    result = kernelgate(*args, "--resume", "--rejudge-record", "nan_swallow")
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(out / STORE_NAME) as db:
+        runs = dict(db.execute("SELECT id, run FROM rows").fetchall())
+    assert runs == {"honest": 1, "nan_swallow": 2}
+    assert stored_rows(out)["nan_swallow"]["verdict"] == EXPECTED["nan_swallow"][0]

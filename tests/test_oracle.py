@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from kernelgate.errors import ReferenceError_
 from kernelgate.formats.kernelbench import load_reference
 from kernelgate.oracle.compare import ValueClass, bitwise_mismatches, value_classes
 from kernelgate.oracle.error_models import SAFETY, assess_ensemble, unit_roundoff
@@ -127,3 +129,110 @@ def test_oracle_is_float64_through_plain_tensor_state_and_closures(tmp_path) -> 
     with torch.no_grad():
         assert torch.equal(expected, model(x.double()))
     assert oracle.on_cpu([x], torch.float32)[0].dtype == torch.float32
+
+
+BATCHNORM_REFERENCE = """
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.bn = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+def get_inputs():
+    return [torch.randn(2, 3, 8, 8)]
+
+def get_init_inputs():
+    return []
+"""
+
+# What CUDA-L1's accepted BatchNorm candidates do: fold BatchNorm into the convolution with
+# the running statistics (inference), where the reference, built as KernelBench builds it,
+# is in training mode and normalizes with the batch's statistics.
+FOLDED_CANDIDATE = """
+import torch
+
+class ModelNew(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.bn = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        scale = self.bn.weight / torch.sqrt(self.bn.running_var + self.bn.eps)
+        shift = self.bn.bias - self.bn.running_mean * scale
+        return torch.relu(self.conv(x) * scale[:, None, None] + shift[:, None, None])
+"""
+
+HONEST_CANDIDATE = BATCHNORM_REFERENCE.replace("class Model(", "class ModelNew(")
+
+
+def _write(folder, name: str, text: str):
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def test_the_oracle_runs_the_reference_in_the_mode_kernelbench_builds_it(tmp_path) -> None:
+    """Training mode: BatchNorm with the batch's statistics, as the harness runs it."""
+    oracle = Oracle(load_reference(_write(tmp_path, "reference.py", BATCHNORM_REFERENCE)))
+    x = torch.randn(2, 3, 8, 8)
+    (expected,) = oracle.expected([x])
+    y = torch.nn.functional.conv2d(
+        x.double(), oracle.model.conv.weight.double(), oracle.model.conv.bias.double()
+    )
+    mean, var = (
+        y.mean(dim=(0, 2, 3), keepdim=True),
+        y.var(dim=(0, 2, 3), unbiased=False, keepdim=True),
+    )
+    batch_stats = torch.relu((y - mean) / torch.sqrt(var + 1e-5))  # weight 1, bias 0
+    assert torch.allclose(expected, batch_stats, rtol=0, atol=1e-12)
+
+
+def test_a_candidate_folding_batchnorm_with_running_statistics_is_rejected(tmp_path) -> None:
+    from kernelgate.pipeline import verify
+
+    reference = _write(tmp_path, "reference.py", BATCHNORM_REFERENCE)
+    folded = verify(reference, _write(tmp_path, "folded.py", FOLDED_CANDIDATE), only=["CMP-01"])
+    assert folded.gate("CMP-01").status.value == "fail"
+    honest = verify(reference, _write(tmp_path, "honest.py", HONEST_CANDIDATE), only=["CMP-01"])
+    assert honest.gate("CMP-01").status.value == "pass"
+
+
+@pytest.mark.parametrize(
+    ("layer", "forward"),
+    [
+        ("self.drop = torch.nn.Dropout(0.5)", "return self.drop(x)"),
+        ("self.h = torch.zeros(4, 8)", "self.h = torch.tanh(x + self.h)\n        return self.h"),
+    ],
+    ids=["active-dropout", "state-carried-between-calls"],
+)
+def test_a_reference_that_is_not_a_function_of_its_inputs_is_refused(
+    tmp_path, layer: str, forward: str
+) -> None:
+    source = (
+        "import torch\n\nclass Model(torch.nn.Module):\n    def __init__(self):\n"
+        f"        super().__init__()\n        {layer}\n\n    def forward(self, x):\n"
+        f"        {forward}\n\ndef get_inputs():\n    return [torch.randn(4, 8)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    oracle = Oracle(load_reference(_write(tmp_path, "reference.py", source)))
+    with pytest.raises(ReferenceError_, match="different results for the same inputs"):
+        oracle.expected([torch.randn(4, 8)])
+
+
+def test_a_reference_that_writes_into_its_input_is_still_an_oracle(tmp_path) -> None:
+    source = (
+        "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return x.mul_(2.0).relu_()\n\n"
+        "def get_inputs():\n    return [torch.randn(4, 8)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    oracle = Oracle(load_reference(_write(tmp_path, "reference.py", source)))
+    x = torch.randn(4, 8)
+    (expected,) = oracle.expected([x])
+    assert torch.equal(expected, (x.double() * 2).relu())

@@ -260,6 +260,14 @@ def audit_command(
             "to that gate); repeatable",
         ),
     ] = None,
+    rejudge_record: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--rejudge-record",
+            help="with --resume: judge again the record with this id (after a change that "
+            "concerns it, to the oracle say); repeatable",
+        ),
+    ] = None,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="audit only the first N records")
     ] = None,
@@ -281,6 +289,7 @@ def audit_command(
         resume=resume,
         retry_errors=retry_errors,
         rejudge=rejudge or [],
+        rejudge_records=rejudge_record or [],
         limit=limit,
         timeout=timeout,
         console=console,

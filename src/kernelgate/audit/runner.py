@@ -101,6 +101,7 @@ def run_audit(
     resume: bool = False,
     retry_errors: bool = False,
     rejudge: tuple[str, ...] = (),
+    rejudge_records: tuple[str, ...] = (),
     limit: int | None = None,
     timeout: float = 60.0,
     seed: int = 0,
@@ -114,11 +115,21 @@ def run_audit(
     unknown = sorted(set(rejudge) - set(GATE_IDS))
     if unknown:
         raise KernelgateError(f"unknown gate(s) for --rejudge: {', '.join(unknown)}")
-    if (rejudge or retry_errors) and not resume:
-        raise KernelgateError("--retry-errors and --rejudge act on a store: add --resume")
+    if (rejudge or retry_errors or rejudge_records) and not resume:
+        raise KernelgateError(
+            "--retry-errors, --rejudge and --rejudge-record act on a store: add --resume"
+        )
     resolved_format = detect_format(source) if fmt == "auto" else fmt
     records = read_corpus(source, resolved_format, problems=problems)
     corpus_ids = [record.id for record in records]
+    strangers = sorted(set(rejudge_records) - set(corpus_ids))
+    if strangers:
+        raise KernelgateError(
+            f"--rejudge-record: no record with id {', '.join(map(repr, strangers))} in "
+            f"{source}; ids are as the report's rows give them (e.g. {corpus_ids[0]!r})"
+            if corpus_ids
+            else f"--rejudge-record: {source} holds no records"
+        )
     if limit is not None:
         records = records[:limit]
     settings = {
@@ -145,6 +156,7 @@ def run_audit(
         store.set_corpus(corpus_ids)  # the report says which records still lack a row
         for gate in rejudge:  # that gate changed since those rows were judged
             store.forget(store.failed_ids(gate))
+        store.forget(set(rejudge_records))
         done = store.done_ids()
         position = {record.id: index for index, record in enumerate(records)}
         todo = [r for r in records if r.id not in done]

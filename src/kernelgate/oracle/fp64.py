@@ -4,6 +4,15 @@ The reference model is built the way KernelBench builds it (seed 42 before
 ``get_init_inputs`` and before ``Model``), so the weights are bit-for-bit those the
 candidate's ``ModelNew`` gets in the worker. The oracle is a float64 build of that model
 applied to float64 copies of the exact input values the candidate receives.
+
+Every model here stays in the mode its constructor leaves it in (training, for an
+``nn.Module``), because that is how KernelBench's harness runs both ``Model`` and
+``ModelNew``: a reference's BatchNorm normalizes with the batch's statistics. Switching the
+oracle to ``eval()`` would judge another function, one in which a candidate that folds
+BatchNorm into a convolution with the running statistics looks right. A reference whose
+output is not a function of its inputs in that mode (dropout or stochastic depth that is
+active, a hidden state carried from call to call) cannot be an oracle; the first evaluation
+says so (``ReferenceError_``) instead of judging against noise.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ from typing import Any
 
 import torch
 
+from kernelgate.errors import ReferenceError_
 from kernelgate.formats.kernelbench import ReferenceProgram
 
 
@@ -53,12 +63,20 @@ def model_in_dtype(
     hidden state as ``self.h0 = torch.randn(...)``) would feed float32 state into the float64
     oracle, which torch refuses; those attributes are cast too.
     """
-    model = program.build_model(init_inputs).to(device, dtype).eval()
+    model = program.build_model(init_inputs).to(device, dtype)
     for module in model.modules():
         for name, value in list(vars(module).items()):
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 setattr(module, name, value.to(device, dtype))
     return model
+
+
+def _cloned(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, list | tuple):
+        return type(value)(_cloned(v) for v in value)
+    return value
 
 
 @dataclass
@@ -70,16 +88,53 @@ class Oracle:
 
     def __post_init__(self) -> None:
         self.init_inputs = self.program.init_inputs()
-        self.model = self.program.build_model(self.init_inputs).eval()
+        self.model = self.program.build_model(self.init_inputs)
         self.model64 = model_in_dtype(self.program, self.init_inputs, self.device, torch.float64)
         self.model_native = self.model.to(self.device)
         self._cpu_models: dict[torch.dtype, torch.nn.Module] = {}
+        self._repeatable_checked = False
 
     @torch.no_grad()
     def expected(self, inputs: list[Any]) -> list[Any]:
         """The reference in float64 on the exact input values (results on the CPU)."""
-        outputs = self.model64(*cast_values(inputs, torch.float64, self.device))
-        return [cast_values(o, None, torch.device("cpu")) for o in flatten_outputs(outputs)]
+        values = cast_values(inputs, torch.float64, self.device)
+        # a copy for the repeat, taken first: a reference may write into its inputs
+        again = None if self._repeatable_checked else _cloned(values)
+        outputs = flatten_outputs(self.model64(*values))
+        if again is not None:
+            self._check_repeatable(outputs, flatten_outputs(self.model64(*again)))
+        return [cast_values(o, None, torch.device("cpu")) for o in outputs]
+
+    def _check_repeatable(self, first: list[Any], second: list[Any]) -> None:
+        """The same inputs twice must give the same outputs, up to what float64 reordering
+        can change (far below float32's unit roundoff); else the reference is no oracle."""
+        self._repeatable_checked = True
+        u32 = float(torch.finfo(torch.float32).eps) / 2
+        for index, (a, b) in enumerate(zip(first, second, strict=True)):
+            if not isinstance(a, torch.Tensor):
+                same = a == b or (a != a and b != b)  # NaN scalars
+            elif a.shape != b.shape:
+                same = False
+            else:
+                a, b = a.detach().double(), b.detach().double()
+                both = torch.isfinite(a) & torch.isfinite(b)
+                # NaN where NaN, and the same infinities (nan_to_num maps both sides alike)
+                classes_agree = torch.equal(a.isnan(), b.isnan()) and torch.equal(
+                    torch.where(both, 0.0, a.nan_to_num(nan=0.0)),
+                    torch.where(both, 0.0, b.nan_to_num(nan=0.0)),
+                )
+                scale = float(torch.where(both, a, 0.0).abs().max()) if a.numel() else 0.0
+                worst = float(torch.where(both, a - b, 0.0).abs().max()) if a.numel() else 0.0
+                same = classes_agree and worst <= u32 * scale
+            if not same:
+                raise ReferenceError_(
+                    f"the reference gives different results for the same inputs (output "
+                    f"{index}, in float64): it is random or keeps state from call to call in "
+                    "the mode it is built in (training, as KernelBench runs it: active "
+                    "dropout or stochastic depth, a hidden state updated by forward), so it "
+                    "cannot serve as the oracle; make it deterministic (dropout p=0, state "
+                    "passed in as an input) and verify again"
+                )
 
     @torch.no_grad()
     def native(self, inputs: list[Any]) -> list[Any]:
