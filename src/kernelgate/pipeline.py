@@ -63,7 +63,9 @@ def verify(
     crashes and hangs included, becomes a gate result instead. ``sanitize`` (device mode)
     makes RES-01 also run the candidate under compute-sanitizer memcheck, racecheck and
     initcheck. ``journal`` keeps each finished gate on disk and takes the gates it already
-    holds from it instead of running them again (a judge killed mid-record resumes there).
+    holds from it instead of running them again (a judge killed mid-record resumes there);
+    its key must name everything the gates depend on besides the two programs (device,
+    seed, timeout, ``only``, ``sanitize``, the kernelgate code), as the audit's does.
     """
     started = time.monotonic()
     device = resolve_device(device)
