@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,38 @@ def deferred_count(out: Path) -> int:
     """Entries left in the store's table of records deferred for memory."""
     with sqlite3.connect(out / STORE_NAME) as db:
         return db.execute("SELECT COUNT(*) FROM alone").fetchone()[0]
+
+
+def fake_executors(
+    monkeypatch: pytest.MonkeyPatch,
+    judge: Callable[[Any, int], dict[str, Any] | None] = lambda record, workers: None,
+) -> list[tuple[int, list[str]]]:
+    """Make the runner's executors fakes that judge nothing: ``judge(record, workers)`` gives
+    a record's row in a pool of that size (None: verified). Returns the log of their calls,
+    (pool size, sorted record ids), filled as the runner uses them."""
+    from kernelgate.audit import runner
+    from kernelgate.audit.judge import base_row
+
+    calls: list[tuple[int, list[str]]] = []
+
+    class FakeExecutor:
+        def __init__(self, workers: int) -> None:
+            self.workers, self.description = workers, f"fake, {workers}"
+
+        def judge_all(self, records, options):
+            calls.append((self.workers, sorted(r.id for r in records)))
+            for record in records:
+                row = judge(record, self.workers)
+                verified = base_row(record) | {"verdict": "verified", "stage": "gates"}
+                yield record, verified if row is None else row
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(
+        runner, "make_executor", lambda kind, *, workers, **_: FakeExecutor(workers)
+    )
+    return calls
 
 
 def outcomes(summary: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
@@ -513,33 +546,16 @@ def test_records_deferred_for_memory_are_retried_a_few_at_a_time_then_alone(
     still fails there alone: a big record finishes beside one other, a huge one only alone,
     and each row says how many judged beside it."""
     from kernelgate.audit import runner
-    from kernelgate.audit.judge import base_row, error_row
+    from kernelgate.audit.judge import error_row
 
     fits_beside = {"honest": 8, "nan_swallow": 2, "crash": 1}  # most judges at once
-    calls: list[tuple[int, list[str]]] = []
 
-    class FakeExecutor:
-        def __init__(self, workers: int) -> None:
-            self.workers, self.description = workers, f"fake, {workers}"
+    def judge(record, workers: int) -> dict[str, Any] | None:
+        if workers <= fits_beside[record.id]:
+            return None  # verified
+        return error_row(record, "CUDA out of memory", 1.0) | {"device_memory_incident": True}
 
-        def judge_all(self, records, options):
-            calls.append((self.workers, sorted(r.id for r in records)))
-            for record in records:
-                if self.workers > fits_beside[record.id]:
-                    yield (
-                        record,
-                        error_row(record, "CUDA out of memory", 1.0)
-                        | {"device_memory_incident": True},
-                    )
-                else:
-                    yield record, base_row(record) | {"verdict": "verified", "stage": "gates"}
-
-        def close(self) -> None:
-            pass
-
-    monkeypatch.setattr(
-        runner, "make_executor", lambda kind, *, workers, **_: FakeExecutor(workers)
-    )
+    calls = fake_executors(monkeypatch, judge)
     corpus = write_pairs(tmp_path / "corpus", list(fits_beside))
     runner.run_audit(corpus, tmp_path / "out", workers=8)
     assert calls == [
@@ -603,26 +619,9 @@ def test_records_an_earlier_run_deferred_go_first_on_resume(
     """Behind a pool that a deadline stops, records deferred for memory would never start:
     a resume judges them first, a few at a time, then the rest in the full pool."""
     from kernelgate.audit import runner
-    from kernelgate.audit.judge import base_row
     from kernelgate.audit.store import ResultStore
 
-    calls: list[tuple[int, list[str]]] = []
-
-    class FakeExecutor:
-        def __init__(self, workers: int) -> None:
-            self.workers, self.description = workers, f"fake, {workers}"
-
-        def judge_all(self, records, options):
-            calls.append((self.workers, sorted(r.id for r in records)))
-            for record in records:
-                yield record, base_row(record) | {"verdict": "verified", "stage": "gates"}
-
-        def close(self) -> None:
-            pass
-
-    monkeypatch.setattr(
-        runner, "make_executor", lambda kind, *, workers, **_: FakeExecutor(workers)
-    )
+    calls = fake_executors(monkeypatch)
     corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow", "crash"])
     out = tmp_path / "out"
     runner.run_audit(corpus, out, workers=8, limit=0)  # a store with no rows yet

@@ -131,42 +131,31 @@ def test_oracle_is_float64_through_plain_tensor_state_and_closures(tmp_path) -> 
     assert oracle.on_cpu([x], torch.float32)[0].dtype == torch.float32
 
 
-BATCHNORM_REFERENCE = """
-import torch
+def _conv_bn_module(name: str, forward: str) -> str:
+    """A conv + BatchNorm module source named ``name`` with the given forward body."""
+    return (
+        f"import torch\n\nclass {name}(torch.nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.conv = torch.nn.Conv2d(3, 4, 3)\n"
+        f"        self.bn = torch.nn.BatchNorm2d(4)\n\n    def forward(self, x):\n{forward}"
+    )
 
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3)
-        self.bn = torch.nn.BatchNorm2d(4)
 
-    def forward(self, x):
-        return torch.relu(self.bn(self.conv(x)))
-
-def get_inputs():
-    return [torch.randn(2, 3, 8, 8)]
-
-def get_init_inputs():
-    return []
-"""
+BATCHNORM_REFERENCE = _conv_bn_module(
+    "Model", "        return torch.relu(self.bn(self.conv(x)))\n"
+) + (
+    "\ndef get_inputs():\n    return [torch.randn(2, 3, 8, 8)]\n\n"
+    "def get_init_inputs():\n    return []\n"
+)
 
 # What CUDA-L1's accepted BatchNorm candidates do: fold BatchNorm into the convolution with
 # the running statistics (inference), where the reference, built as KernelBench builds it,
 # is in training mode and normalizes with the batch's statistics.
-FOLDED_CANDIDATE = """
-import torch
-
-class ModelNew(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3)
-        self.bn = torch.nn.BatchNorm2d(4)
-
-    def forward(self, x):
-        scale = self.bn.weight / torch.sqrt(self.bn.running_var + self.bn.eps)
-        shift = self.bn.bias - self.bn.running_mean * scale
-        return torch.relu(self.conv(x) * scale[:, None, None] + shift[:, None, None])
-"""
+FOLDED_CANDIDATE = _conv_bn_module(
+    "ModelNew",
+    "        scale = self.bn.weight / torch.sqrt(self.bn.running_var + self.bn.eps)\n"
+    "        shift = self.bn.bias - self.bn.running_mean * scale\n"
+    "        return torch.relu(self.conv(x) * scale[:, None, None] + shift[:, None, None])\n",
+)
 
 HONEST_CANDIDATE = BATCHNORM_REFERENCE.replace("class Model(", "class ModelNew(")
 
