@@ -179,32 +179,32 @@ def run_audit(
             for record in (r for r in todo if r.unreadable is not None):
                 keep(record, unreadable_row(record))
 
-            def judge_deferred(deferred: list[CorpusRecord]) -> None:
+            def judge_deferred(records: list[CorpusRecord]) -> None:
                 """Once more with fewer judges beside them, then one at a time with the
                 machine to itself; what fails alone is the record's own row."""
                 for few in retry_pool_sizes(pool.workers):
-                    if not deferred:
+                    if not records:
                         return
                     retry = make_executor(
                         executor, workers=few, device=device, ray_address=ray_address
                     )
                     again: list[CorpusRecord] = []
                     try:
-                        for record, row in retry.judge_all(deferred, options):
+                        for record, row in retry.judge_all(records, options):
                             if few > 1 and memory_failure(row):
                                 again.append(record)  # still deferred in the store
                             else:
                                 keep(record, row | {"judged_alone": few == 1, "retry_pool": few})
                     finally:
                         retry.close()
-                    deferred = again
+                    records = again
 
             # Records an earlier run deferred (judges killed from outside, or out of GPU
             # memory, beside other judges) go first: behind the pool, in a run stopped at a
             # deadline, they would never start.
-            deferred = store.alone_ids()
-            judge_deferred([r for r in todo if r.id in deferred])
-            readable = [r for r in todo if r.unreadable is None and r.id not in deferred]
+            deferred_ids = store.alone_ids()
+            judge_deferred([r for r in todo if r.id in deferred_ids])
+            readable = [r for r in todo if r.unreadable is None and r.id not in deferred_ids]
             newly_deferred: list[CorpusRecord] = []
             for record, row in pool.judge_all(readable, options):
                 if memory_failure(row) and pool.workers > 1:

@@ -49,10 +49,10 @@ class ResultStore:
                 "CREATE TABLE IF NOT EXISTS runs (run INTEGER PRIMARY KEY AUTOINCREMENT,"
                 " started REAL NOT NULL, info TEXT NOT NULL)"
             )
-            # Records deferred for memory (judged again after the pool: a few at a time, then
-            # alone), remembered until they have a row: a run stopped before reaching them
-            # must not send them back into the pool, where the same memory pile-up would
-            # defer them again, every session.
+            # Records deferred for memory (judged again a few at a time, then alone: after the
+            # pool in the run that deferred them, before it on a resume), remembered until
+            # they have a row: a resume must not send them back into the pool, where the same
+            # memory pile-up would defer them again, every session.
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS alone (id TEXT PRIMARY KEY, reason TEXT NOT NULL)"
             )
