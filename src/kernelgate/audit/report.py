@@ -712,7 +712,7 @@ def _without_row(rows: list[dict[str, Any]], corpus_ids: list[str] | None) -> li
 
 
 def _records_text(summary: dict[str, Any]) -> str:
-    """ "250 records", or, for an audit not finished yet, how far it is and what is left."""
+    """How many records the report covers and, for an audit not finished yet, which are left."""
     missing = summary.get("without_row") or []
     if not missing:
         return f"{summary['records']} records"

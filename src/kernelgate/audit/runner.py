@@ -124,11 +124,10 @@ def run_audit(
     corpus_ids = [record.id for record in records]
     strangers = sorted(set(rejudge_records) - set(corpus_ids))
     if strangers:
+        example = f" (e.g. {corpus_ids[0]!r})" if corpus_ids else ""
         raise KernelgateError(
             f"--rejudge-record: no record with id {', '.join(map(repr, strangers))} in "
-            f"{source}; ids are as the report's rows give them (e.g. {corpus_ids[0]!r})"
-            if corpus_ids
-            else f"--rejudge-record: {source} holds no records"
+            f"{source}; ids are as the report's rows give them{example}"
         )
     if limit is not None:
         records = records[:limit]

@@ -17,6 +17,7 @@ says so (``ReferenceError_``) instead of judging against noise.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch
 
 from kernelgate.errors import ReferenceError_
 from kernelgate.formats.kernelbench import ReferenceProgram
+from kernelgate.oracle.compare import ValueClass, value_classes
 
 
 def flatten_outputs(value: Any) -> list[Any]:
@@ -71,14 +73,6 @@ def model_in_dtype(
     return model
 
 
-def _cloned(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, list | tuple):
-        return type(value)(_cloned(v) for v in value)
-    return value
-
-
 @dataclass
 class Oracle:
     """Evaluates the trusted reference: in float64 (the law) and honestly in native dtypes."""
@@ -99,7 +93,7 @@ class Oracle:
         """The reference in float64 on the exact input values (results on the CPU)."""
         values = cast_values(inputs, torch.float64, self.device)
         # a copy for the repeat, taken first: a reference may write into its inputs
-        again = None if self._repeatable_checked else _cloned(values)
+        again = None if self._repeatable_checked else copy.deepcopy(values)
         outputs = flatten_outputs(self.model64(*values))
         if again is not None:
             self._check_repeatable(outputs, flatten_outputs(self.model64(*again)))
@@ -116,13 +110,10 @@ class Oracle:
             elif a.shape != b.shape:
                 same = False
             else:
+                classes = value_classes(a)
+                classes_agree = torch.equal(classes, value_classes(b))
+                both = classes == ValueClass.FINITE  # finite in both, where the classes agree
                 a, b = a.detach().double(), b.detach().double()
-                both = torch.isfinite(a) & torch.isfinite(b)
-                # NaN where NaN, and the same infinities (nan_to_num maps both sides alike)
-                classes_agree = torch.equal(a.isnan(), b.isnan()) and torch.equal(
-                    torch.where(both, 0.0, a.nan_to_num(nan=0.0)),
-                    torch.where(both, 0.0, b.nan_to_num(nan=0.0)),
-                )
                 scale = float(torch.where(both, a, 0.0).abs().max()) if a.numel() else 0.0
                 worst = float(torch.where(both, a - b, 0.0).abs().max()) if a.numel() else 0.0
                 same = classes_agree and worst <= u32 * scale
