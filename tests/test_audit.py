@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -613,15 +614,28 @@ def test_a_judge_killed_mid_record_resumes_at_its_next_gate(tmp_path: Path) -> N
     assert "CMP-02 started" in (work / "judge.log").read_text()
 
 
-def test_records_an_earlier_run_deferred_go_first_on_resume(
+def test_records_an_earlier_run_deferred_start_at_once_beside_the_rest_on_resume(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Behind a pool that a deadline stops, records deferred for memory would never start:
-    a resume judges them first, a few at a time, then the rest in the full pool."""
+    """Behind a pool that a deadline stops, records deferred for memory would never start;
+    before it, the machine would idle while they finish. A resume judges them a few at a
+    time beside a pool of the remaining workers that judges the rest: here the deferred
+    record's judge waits for the other pool's first judge, which only happens side by side."""
     from kernelgate.audit import runner
+    from kernelgate.audit.judge import error_row
     from kernelgate.audit.store import ResultStore
 
-    calls = fake_executors(monkeypatch)
+    other_pool_started = threading.Event()
+
+    def judge(record, workers: int) -> dict[str, Any] | None:
+        if record.id != "crash":
+            other_pool_started.set()
+            return None
+        if other_pool_started.wait(timeout=10):
+            return None
+        return error_row(record, "judged before the other pool started", 0.0)
+
+    calls = fake_executors(monkeypatch, judge)
     corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow", "crash"])
     out = tmp_path / "out"
     runner.run_audit(corpus, out, workers=8, limit=0)  # a store with no rows yet
@@ -630,8 +644,41 @@ def test_records_an_earlier_run_deferred_go_first_on_resume(
     store.defer_alone("crash", "test: out of memory beside others in an earlier run")
     store.close()
     runner.run_audit(corpus, out, workers=8, resume=True)
-    assert calls == [(2, ["crash"]), (8, ["honest", "nan_swallow"])]
-    assert stored_rows(out)["crash"]["retry_pool"] == 2 and deferred_count(out) == 0
+    assert sorted(calls) == [(2, ["crash"]), (6, ["honest", "nan_swallow"])]
+    rows = stored_rows(out)
+    assert rows["crash"]["verdict"] == "verified", rows["crash"].get("reason")
+    assert rows["crash"]["retry_pool"] == 2 and deferred_count(out) == 0
+    assert not rows["crash"]["judged_alone"] and "retry_pool" not in rows["honest"]
+
+
+def test_an_earlier_run_deferred_record_that_fails_beside_the_pool_is_judged_alone_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deferred record out of memory again beside the pool is judged alone, once both
+    pools have finished, and never a third time a few at a time."""
+    from kernelgate.audit import runner
+    from kernelgate.audit.judge import error_row
+    from kernelgate.audit.store import ResultStore
+
+    def judge(record, workers: int) -> dict[str, Any] | None:
+        if record.id == "crash" and workers > 1:
+            return error_row(record, "CUDA out of memory", 1.0) | {"device_memory_incident": True}
+        return None
+
+    calls = fake_executors(monkeypatch, judge)
+    corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow", "crash"])
+    out = tmp_path / "out"
+    runner.run_audit(corpus, out, workers=8, limit=0)
+    calls.clear()
+    store = ResultStore(out / STORE_NAME)
+    store.defer_alone("crash", "test: out of memory beside others in an earlier run")
+    store.close()
+    runner.run_audit(corpus, out, workers=8, resume=True)
+    assert sorted(calls[:2]) == [(2, ["crash"]), (6, ["honest", "nan_swallow"])]
+    assert calls[2:] == [(1, ["crash"])]
+    rows = stored_rows(out)
+    assert rows["crash"]["judged_alone"] and rows["crash"]["verdict"] == "verified"
+    assert deferred_count(out) == 0
 
 
 def test_rejudge_record_judges_those_records_again_and_names_unknown_ids(tmp_path: Path) -> None:

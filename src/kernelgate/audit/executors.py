@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import os
 import queue
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from kernelgate.audit.judge import AuditOptions, error_row, judge_isolated
 from kernelgate.errors import KernelgateError
 from kernelgate.formats.corpus import CorpusRecord
 
 EXECUTORS = ("local", "ray")
+
+T = TypeVar("T")
 
 
 def device_count(device: str) -> int:
@@ -183,3 +186,38 @@ def make_executor(
     if kind == "ray":
         return RayExecutor(workers, device, ray_address)
     raise KernelgateError(f"unknown executor {kind!r}; use {' or '.join(EXECUTORS)}")
+
+
+def side_by_side(*streams: Iterator[T]) -> Iterator[tuple[int, T]]:
+    """Items of several executors' streams as each comes, tagged with its stream's index.
+
+    Two pools at once (the records an earlier run deferred for memory, a few at a time,
+    beside the rest) each wait on their own judges; one thread a stream drains them, and
+    the caller alone touches the store, so nothing it holds is shared between threads. An
+    exception in a stream reaches the caller when that stream's turn comes.
+    """
+    finished = object()
+    items: queue.Queue[tuple[int, Any]] = queue.Queue()
+
+    def drain(index: int, stream: Iterator[T]) -> None:
+        try:
+            for item in stream:
+                items.put((index, item))
+        except BaseException as exc:  # handed to the caller below
+            items.put((index, exc))
+        finally:
+            items.put((index, finished))
+
+    for index, stream in enumerate(streams):
+        threading.Thread(
+            target=drain, args=(index, stream), name=f"kernelgate-stream-{index}", daemon=True
+        ).start()
+    running = len(streams)
+    while running:
+        index, item = items.get()
+        if item is finished:
+            running -= 1
+        elif isinstance(item, BaseException):
+            raise item
+        else:
+            yield index, item

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelgate.audit.executors import make_executor
+from kernelgate.audit.executors import make_executor, side_by_side
 from kernelgate.audit.judge import (
     AuditOptions,
     memory_failure,
@@ -178,10 +178,10 @@ def run_audit(
             for record in (r for r in todo if r.unreadable is not None):
                 keep(record, unreadable_row(record))
 
-            def judge_deferred(records: list[CorpusRecord]) -> None:
+            def judge_deferred(records: list[CorpusRecord], sizes: list[int] | None = None) -> None:
                 """Once more with fewer judges beside them, then one at a time with the
                 machine to itself; what fails alone is the record's own row."""
-                for few in retry_pool_sizes(pool.workers):
+                for few in retry_pool_sizes(pool.workers) if sizes is None else sizes:
                     if not records:
                         return
                     retry = make_executor(
@@ -199,18 +199,52 @@ def run_audit(
                     records = again
 
             # Records an earlier run deferred (judges killed from outside, or out of GPU
-            # memory, beside other judges) go first: behind the pool, in a run stopped at a
-            # deadline, they would never start.
+            # memory, beside other judges) start at once, a few at a time, beside a pool
+            # that judges the rest with the remaining workers: behind the pool, in a run
+            # stopped at a deadline, they would never start, and before it, the machine
+            # would idle while a few large records finish.
             deferred_ids = store.alone_ids()
-            judge_deferred([r for r in todo if r.id in deferred_ids])
+            earlier = [r for r in todo if r.id in deferred_ids]
             readable = [r for r in todo if r.unreadable is None and r.id not in deferred_ids]
+            few, *then = retry_pool_sizes(pool.workers)
+            beside = few if earlier and readable and pool.workers > few else 0
+            main = (
+                make_executor(
+                    executor, workers=pool.workers - beside, device=device, ray_address=ray_address
+                )
+                if beside
+                else pool
+            )
+            retry = (
+                make_executor(executor, workers=beside, device=device, ray_address=ray_address)
+                if beside
+                else None
+            )
             newly_deferred: list[CorpusRecord] = []
-            for record, row in pool.judge_all(readable, options):
-                if memory_failure(row) and pool.workers > 1:
-                    store.defer_alone(record.id, str(row.get("reason") or "device memory incident"))
-                    newly_deferred.append(record)
-                else:
-                    keep(record, row)
+            still_deferred: list[CorpusRecord] = []
+            if retry is None:
+                judge_deferred(earlier)
+                streams = [main.judge_all(readable, options)]
+            else:
+                streams = [main.judge_all(readable, options), retry.judge_all(earlier, options)]
+            try:
+                for index, (record, row) in side_by_side(*streams):
+                    if index == 1:  # an earlier run's deferred record, a few at a time
+                        if few > 1 and memory_failure(row):
+                            still_deferred.append(record)
+                        else:
+                            keep(record, row | {"judged_alone": few == 1, "retry_pool": few})
+                    elif memory_failure(row) and main.workers > 1:
+                        reason = str(row.get("reason") or "device memory incident")
+                        store.defer_alone(record.id, reason)
+                        newly_deferred.append(record)
+                    else:
+                        keep(record, row)
+            finally:
+                for side in (main, retry):
+                    if side is not None and side is not pool:
+                        side.close()
+            judge_deferred(still_deferred, then)
             judge_deferred(newly_deferred)
         summary = write_report(out_dir, store.rows(), settings, store.runs(), corpus_ids)
         return AuditOutcome(len(records), len(todo), out_dir, summary)
