@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -310,6 +311,12 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     assert resumed.returncode == 0, resumed.stderr
     with sqlite3.connect(store) as db:
         ids = [r[0] for r in db.execute("SELECT id FROM rows")]
+        judged_now = [r[0] for r in db.execute("SELECT id FROM rows WHERE run = 2")]
+    # stderr is no terminal here, so the resume logs a line per record instead of a bar
+    logged = re.findall(r"\[(\d+)/(\d+)\] (\S+): (\w+) \(old check", resumed.stderr)
+    assert sorted(name for _, _, name, _ in logged) == sorted(judged_now)
+    assert [int(k) for k, _, _, _ in logged] == list(range(1, len(judged_now) + 1))
+    assert all(verdict == EXPECTED[name][0] for _, _, name, verdict in logged)
     assert sorted(ids) == sorted(names)
     summary = json.loads((out / "summary.json").read_text())
     assert sorted(row["id"] for row in summary["rows"]) == sorted(names)
@@ -611,7 +618,11 @@ def test_a_judge_killed_mid_record_resumes_at_its_next_gate(tmp_path: Path) -> N
     assert old_checks.read_text() == "x"  # one old check: the retry took its result
     work = next((out / "records").iterdir())
     assert not (work / "gates.jsonl").exists() and not (work / "old_check.json").exists()
-    assert "CMP-02 started" in (work / "judge.log").read_text()
+    log = (work / "judge.log").read_text()
+    assert "CMP-02 started" in log and "old check accepted" in log
+    # the trace down to each candidate call and oracle evaluation: where a slow judge was
+    assert re.search(r"CMP-03 candidate \[.+\] \d+\.\d s", log), log
+    assert re.search(r"CMP-03 expected \[.+\] \d+\.\d s", log)
 
 
 def test_records_an_earlier_run_deferred_start_at_once_beside_the_rest_on_resume(

@@ -119,3 +119,45 @@ def test_cmp03_rebuilds_models_when_init_inputs_change() -> None:
     assert gate.status is Status.PASS, gate.reason
     rebuilt = {s["dim"] for s in gate.evidence["shapes"] if s["rebuilt_model"]}
     assert rebuilt == {"in_features", "out_features"}
+
+
+def test_cmp03_traces_each_step_and_keeps_few_sized_oracles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each held-out shape gets an oracle of its own; only the latest few are kept (they hold
+    the model in float64 on the device), and the trace says what ran, for how long."""
+    import gc
+    import re
+    import weakref
+
+    from kernelgate.gates import base
+
+    oracles: list[weakref.ref[base.SizedOracle]] = []  # a dataclass: eq, so not hashable
+    built, most_alive = [], [0]
+
+    class CountedSizedOracle(base.SizedOracle):
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            oracles.append(weakref.ref(self))
+            built.append(dict(self.sizes))
+            gc.collect()
+            most_alive[0] = max(most_alive[0], sum(ref() is not None for ref in oracles))
+
+    monkeypatch.setattr(base, "SizedOracle", CountedSizedOracle)
+    lines: list[str] = []
+    verdict = kernelgate.verify(
+        DATA / "narrow_linear_reference.py",
+        DATA / "narrow_linear_honest.py",
+        only=["CMP-03"],
+        trace=lines.append,
+    )
+    gate = verdict.gate("CMP-03")
+    assert gate.status is Status.PASS, gate.reason
+    shapes = gate.evidence["shapes"]
+    assert len(built) == len(shapes) > base.SIZED_ORACLES_KEPT
+    assert most_alive[0] <= base.SIZED_ORACLES_KEPT
+    for shape in shapes:
+        for step in ("oracle built", "expected", "candidate"):
+            name = re.escape(f"CMP-03 {step} [{shape['label']}]")
+            assert any(re.fullmatch(name + r" \.\.\.", line) for line in lines), (step, shape)
+            assert any(re.fullmatch(name + r" \d+\.\d s", line) for line in lines), (step, shape)

@@ -55,6 +55,7 @@ def verify(
     on_gate: Callable[[str, GateResult | None], None] | None = None,
     sanitize: bool = False,
     journal: GateJournal | None = None,
+    trace: Callable[[str], None] | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -66,6 +67,8 @@ def verify(
     holds from it instead of running them again (a judge killed mid-record resumes there);
     its key must name everything the gates depend on besides the two programs (device,
     seed, timeout, ``only``, ``sanitize``, the kernelgate code), as the audit's does.
+    ``trace`` gets a line as each oracle evaluation and candidate call starts and ends
+    (``GateContext.step``): where a slow judge spends its time.
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -104,12 +107,14 @@ def verify(
             seed=seed,
             replay=replay,
             sanitize=sanitize,
+            trace=trace,
         )
         finished: dict[str, GateResult] = {}
         if journal is not None:
             finished, ctx.incidents, ctx.halted = journal.load()
         for gate_cls in GATES:
             gate = gate_cls()
+            ctx.gate_id = gate.id
             if on_gate is not None:
                 on_gate(gate.id, None)
             seen = len(ctx.incidents)

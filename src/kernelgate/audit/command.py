@@ -44,6 +44,13 @@ def audit_command_body(
 
     def on_row(row: dict[str, Any]) -> None:
         progress.update(state["task"], advance=1, description=f"{row['id']}: {row['verdict']}")
+        if not errors.is_terminal:  # a log (CI, a device call): the bar draws nothing there
+            task = progress.tasks[0]
+            errors.print(
+                f"[{task.completed:.0f}/{task.total:.0f}] {row['id']}: {row['verdict']} "
+                f"(old check {row.get('old_check', 'not run')}) in {row.get('seconds', 0):.0f} s",
+                highlight=False,
+            )
 
     with progress:
         outcome = run_audit(

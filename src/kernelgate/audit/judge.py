@@ -288,7 +288,9 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
         seed=options.seed,
     )
     journal = GateJournal(work / JOURNAL_NAME, key)
+    _log_step("old check ...")
     old = _old_check(reference, candidate, backend, options, work / OLD_CHECK_NAME, key)
+    _log_step(f"old check {old['status']}")
     row |= {
         "old_check": old["status"],
         "old_check_current": old.get("status_current", old["status"]),
@@ -303,6 +305,7 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
             seed=options.seed,
             journal=journal,
             on_gate=_log_gate,
+            trace=_log_step,
         )
     except CandidateLoadError as exc:
         row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
@@ -372,17 +375,18 @@ def _old_check(
     return old
 
 
+def _log_step(line: str) -> None:
+    """A timestamped line in the record's judge.log (the judge's stderr): where a slow or
+    killed judge was, down to the oracle evaluation or candidate call (``verify``'s trace)."""
+    print(f"{time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True)
+
+
 def _log_gate(gate_id: str, result: Any) -> None:
-    """One line per gate in the record's judge.log: where a slow or killed judge was."""
-    stamp = time.strftime("%H:%M:%S")
+    """One line as each gate starts and ends."""
     if result is None:
-        print(f"{stamp} {gate_id} started", file=sys.stderr, flush=True)
+        _log_step(f"{gate_id} started")
     else:
-        print(
-            f"{stamp} {gate_id} {result.status.value} ({result.seconds:.1f} s)",
-            file=sys.stderr,
-            flush=True,
-        )
+        _log_step(f"{gate_id} {result.status.value} ({result.seconds:.1f} s)")
 
 
 def peak_memory() -> dict[str, int | None]:

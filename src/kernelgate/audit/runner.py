@@ -208,33 +208,27 @@ def run_audit(
             readable = [r for r in todo if r.unreadable is None and r.id not in deferred_ids]
             few, *then = retry_pool_sizes(pool.workers)
             beside = few if earlier and readable and pool.workers > few else 0
-            main = (
-                make_executor(
-                    executor, workers=pool.workers - beside, device=device, ray_address=ray_address
+            main, retry = pool, None
+            if beside:
+                main, retry = (
+                    make_executor(executor, workers=n, device=device, ray_address=ray_address)
+                    for n in (pool.workers - beside, beside)
                 )
-                if beside
-                else pool
-            )
-            retry = (
-                make_executor(executor, workers=beside, device=device, ray_address=ray_address)
-                if beside
-                else None
-            )
+            else:
+                judge_deferred(earlier)
+            streams = [main.judge_all(readable, options)]
+            if retry is not None:
+                streams.append(retry.judge_all(earlier, options))
             newly_deferred: list[CorpusRecord] = []
             still_deferred: list[CorpusRecord] = []
-            if retry is None:
-                judge_deferred(earlier)
-                streams = [main.judge_all(readable, options)]
-            else:
-                streams = [main.judge_all(readable, options), retry.judge_all(earlier, options)]
             try:
                 for index, (record, row) in side_by_side(*streams):
-                    if index == 1:  # an earlier run's deferred record, a few at a time
-                        if few > 1 and memory_failure(row):
+                    if index == 1:  # an earlier run's deferred record, beside the pool
+                        if memory_failure(row):
                             still_deferred.append(record)
                         else:
-                            keep(record, row | {"judged_alone": few == 1, "retry_pool": few})
-                    elif memory_failure(row) and main.workers > 1:
+                            keep(record, row | {"judged_alone": False, "retry_pool": few})
+                    elif memory_failure(row) and (main.workers > 1 or beside):
                         reason = str(row.get("reason") or "device memory incident")
                         store.defer_alone(record.id, reason)
                         newly_deferred.append(record)
@@ -244,7 +238,7 @@ def run_audit(
                 for side in (main, retry):
                     if side is not None and side is not pool:
                         side.close()
-            judge_deferred(still_deferred, then)
+            judge_deferred(still_deferred, then or [1])
             judge_deferred(newly_deferred)
         summary = write_report(out_dir, store.rows(), settings, store.runs(), corpus_ids)
         return AuditOutcome(len(records), len(todo), out_dir, summary)

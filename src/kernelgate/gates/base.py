@@ -9,13 +9,14 @@ only its own judgement.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shlex
 import time
 import zlib
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -38,6 +39,10 @@ from kernelgate.sandbox.wire import WireTensor, dtype_name
 from kernelgate.serde import Serializable
 
 RECENT_CASES = 4  # cases whose oracle results a GateContext keeps (see ``_cached``)
+# Oracles at other sizes (CMP-03) a GateContext keeps: each holds the reference model in
+# float64 and in its own dtype, and a gate judges one shape at a time, so older ones only
+# hold device memory (a large model's sized oracles filled an H200 beside other judges).
+SIZED_ORACLES_KEPT = 2
 
 
 class GateKind(StrEnum):
@@ -153,8 +158,13 @@ class GateContext:
         seed: int,
         replay: list[str],
         sanitize: bool = False,
+        trace: Callable[[str], None] | None = None,
     ) -> None:
         self.contract = contract
+        # one line at the start and at the end of each oracle evaluation and candidate call:
+        # where a slow judge spends its time (the audit's judge.log); None traces nothing
+        self.trace = trace
+        self.gate_id = ""  # the gate now running, for the trace (set by ``verify``)
         self.sanitize = sanitize  # RES-01 also runs compute-sanitizer (device mode)
         self.oracle = oracle
         self.session = session
@@ -165,7 +175,7 @@ class GateContext:
         # oracle results of the most recent cases, per case: "expected", "magnitude" and
         # one "honest:<run>" per honest run (see ``_cached``)
         self._results: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
-        self._sized_oracles: dict[str, Oracle] = {}
+        self._sized_oracles: OrderedDict[str, Oracle] = OrderedDict()
 
     # -- cases ----------------------------------------------------------------------------
     def case_seed(self, gate_id: str, index: int) -> int:
@@ -230,11 +240,31 @@ class GateContext:
         key = case.sizes_key
         if key is None:
             return self.oracle
-        if key not in self._sized_oracles:
-            self._sized_oracles[key] = SizedOracle(
+        if key in self._sized_oracles:
+            self._sized_oracles.move_to_end(key)
+            return self._sized_oracles[key]
+        while len(self._sized_oracles) >= SIZED_ORACLES_KEPT:  # rebuilt alike if asked again
+            self._sized_oracles.popitem(last=False)
+        with self.step("oracle built", case):
+            oracle = SizedOracle(
                 self.oracle.program, self.oracle.device, sizes=dict(case.sizes or {})
             )
-        return self._sized_oracles[key]
+        self._sized_oracles[key] = oracle
+        return oracle
+
+    @contextlib.contextmanager
+    def step(self, what: str, case: Case) -> Iterator[None]:
+        """Trace ``what`` for ``case`` (see ``trace``): a started line, then its seconds."""
+        if self.trace is None:
+            yield
+            return
+        name = f"{self.gate_id} {what} [{case.label}]"
+        self.trace(f"{name} ...")
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.trace(f"{name} {time.monotonic() - started:.1f} s")
 
     def replay(self, gate_id: str) -> str:
         return shlex.join([*self.replay_argv, "--only", gate_id, "--seed", str(self.seed)])
@@ -276,7 +306,8 @@ class GateContext:
         else:
             self._results.move_to_end(key)
         if what not in entries:
-            entries[what] = compute()
+            with self.step(what, case):
+                entries[what] = compute()
         return entries[what]
 
     def native(self, case: Case) -> list[Any]:
@@ -475,15 +506,20 @@ class GateContext:
         wire_inputs = [p.as_wire() if isinstance(p, PlacedTensor) else p for p in placed]
         try:
             # ModelNew built for this case's sizes (CMP-03), or the original one otherwise.
-            self.session.use_init(case.init_inputs, case.sizes_key if case.init_inputs else None)
-            result = self.session.call(
-                wire_inputs,
-                poison=poison,
-                guard_bytes=GUARD_BYTES,
-                hold_bytes=hold_bytes,
-                reuse_inputs=reuse_inputs,
-                side_effects=side_effects,
-            )
+            if case.init_inputs is None:
+                self.session.use_init(None, None)
+            else:
+                with self.step("candidate built", case):
+                    self.session.use_init(case.init_inputs, case.sizes_key)
+            with self.step("candidate", case):
+                result = self.session.call(
+                    wire_inputs,
+                    poison=poison,
+                    guard_bytes=GUARD_BYTES,
+                    hold_bytes=hold_bytes,
+                    reuse_inputs=reuse_inputs,
+                    side_effects=side_effects,
+                )
         except ExecutionIncident as incident:
             self.incidents.append(
                 Incident(
