@@ -20,6 +20,7 @@ from dataclasses import asdict
 from typing import Any, Protocol, TypeVar
 
 from kernelgate.audit.judge import AuditOptions, error_row, judge_isolated
+from kernelgate.audit.memory_guard import shared_guard
 from kernelgate.errors import KernelgateError
 from kernelgate.formats.corpus import CorpusRecord
 
@@ -67,6 +68,7 @@ class LocalExecutor:
         for slot in range(self.workers):
             self._gpus.put(str(slot % gpus) if gpus else None)
         self.threads = max(1, (os.cpu_count() or 1) // self.workers)
+        self.guard = shared_guard()  # acts only while several judges run on this host
         self.description = f"local, {self.workers} worker(s)" + (
             f" on {gpus} GPU(s)" if gpus else ""
         )
@@ -74,7 +76,7 @@ class LocalExecutor:
     def _judge(self, record: CorpusRecord, options: AuditOptions) -> dict[str, Any]:
         gpu = self._gpus.get()
         try:
-            return judge_isolated(record, options, gpu=gpu, threads=self.threads)
+            return judge_isolated(record, options, gpu=gpu, threads=self.threads, guard=self.guard)
         finally:
             self._gpus.put(gpu)
 

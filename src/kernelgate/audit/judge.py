@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelgate.audit import oldcheck
+from kernelgate.audit.memory_guard import HostMemoryGuard
 from kernelgate.audit.processes import child_env, die_with_audit_parent, kill_tree, tail
 from kernelgate.formats.corpus import CorpusRecord
 from kernelgate.journal import DEVICE_MEMORY_SIGNS, GateJournal, journal_key
@@ -165,11 +166,13 @@ def judge_isolated(
     options: AuditOptions,
     gpu: str | None = None,
     threads: int | None = None,
+    guard: HostMemoryGuard | None = None,
 ) -> dict[str, Any]:
     """Judge ``record`` in a fresh process and return its row; never raises for a record.
 
     ``gpu`` pins the judge (and so its candidate worker) to one device in device mode;
-    ``threads`` caps the CPU threads of each of its processes (its share of the cores).
+    ``threads`` caps the CPU threads of each of its processes (its share of the cores);
+    ``guard`` may stop the judge when the host's memory runs low beside other judges.
     """
     if record.unreadable is not None:
         return unreadable_row(record)
@@ -192,6 +195,8 @@ def judge_isolated(
             stderr=log,
             env=env,
         )
+        if guard is not None:
+            guard.register(process.pid)
         try:
             code = process.wait(timeout=options.record_limit)
         except subprocess.TimeoutExpired:
@@ -202,6 +207,10 @@ def judge_isolated(
                 f"judge exceeded the record limit of {options.record_limit:g} s and was killed",
                 time.monotonic() - started,
             )
+        finally:
+            if guard is not None:
+                guard.unregister(process.pid)
+    stopped_by_guard = guard.stopped(process.pid) if guard is not None else None
     request.unlink(missing_ok=True)
     try:
         row = json.loads(result.read_text())
@@ -210,7 +219,9 @@ def judge_isolated(
         return row
     except (OSError, ValueError) as exc:
         how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        if code == -9:
+        if stopped_by_guard:
+            how += f" ({stopped_by_guard})"
+        elif code == -9:
             how += " (out of memory?)"
         log_tail = tail(log_path, 4000)
         last = log_tail.strip().splitlines()

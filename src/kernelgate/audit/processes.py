@@ -38,7 +38,7 @@ def die_with_parent(expected_parent: int | None = None) -> None:
         os._exit(1)
 
 
-def _children_map() -> dict[int, list[int]]:
+def children_map() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -58,7 +58,7 @@ def kill_tree(pid: int) -> None:
     """SIGKILL ``pid`` and every descendant (found through /proc, sessions notwithstanding)."""
     victims = [pid]
     if Path("/proc").is_dir():
-        children = _children_map()
+        children = children_map()
         queue = [pid]
         while queue:
             for child in children.get(queue.pop(), []):
