@@ -83,7 +83,8 @@ class LocalExecutor:
     def judge_all(
         self, records: Sequence[CorpusRecord], options: AuditOptions
     ) -> Iterator[tuple[CorpusRecord, dict[str, Any]]]:
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="kernelgate-judge") as pool:
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="kernelgate-judge")
+        try:
             futures: dict[Future[dict[str, Any]], CorpusRecord] = {
                 pool.submit(self._judge, record, options): record for record in records
             }
@@ -96,6 +97,8 @@ class LocalExecutor:
                         yield record, future.result()
                     except Exception as exc:  # judge_isolated does not raise; belt and braces
                         yield record, error_row(record, f"executor: {exc}", 0.0)
+        finally:  # closed early (the audit failed, or was interrupted): start no more judges
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
         pass
@@ -200,14 +203,20 @@ def side_by_side(*streams: Iterator[T]) -> Iterator[tuple[int, T]]:
     """
     finished = object()
     items: queue.Queue[tuple[int, Any]] = queue.Queue()
+    abandoned = threading.Event()  # the caller stopped early: the streams close themselves
 
     def drain(index: int, stream: Iterator[T]) -> None:
         try:
             for item in stream:
                 items.put((index, item))
+                if abandoned.is_set():
+                    break
         except BaseException as exc:  # handed to the caller below
             items.put((index, exc))
         finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
             items.put((index, finished))
 
     for index, stream in enumerate(streams):
@@ -215,11 +224,14 @@ def side_by_side(*streams: Iterator[T]) -> Iterator[tuple[int, T]]:
             target=drain, args=(index, stream), name=f"kernelgate-stream-{index}", daemon=True
         ).start()
     running = len(streams)
-    while running:
-        index, item = items.get()
-        if item is finished:
-            running -= 1
-        elif isinstance(item, BaseException):
-            raise item
-        else:
-            yield index, item
+    try:
+        while running:
+            index, item = items.get()
+            if item is finished:
+                running -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield index, item
+    finally:
+        abandoned.set()
