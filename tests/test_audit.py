@@ -257,6 +257,11 @@ def test_audit_usage_errors_exit_two(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "not found" in missing.stderr
     bad_format = kernelgate("audit", str(tmp_path), "--out", str(tmp_path / "o"), "--format", "zip")
     assert bad_format.returncode == 2 and "unknown corpus format" in bad_format.stderr
+    no_memory = kernelgate(
+        "audit", str(tmp_path), "--out", str(tmp_path / "o"), "--host-memory", "0"
+    )
+    assert no_memory.returncode == 2 and "--host-memory" in no_memory.stderr
+    assert "Traceback" not in no_memory.stderr
 
 
 # -- SIGKILL and --resume ------------------------------------------------------------------------
@@ -306,7 +311,17 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     shutil.move(out, moved / "out")
     corpus, out, store = moved / "corpus", moved / "out", moved / "out" / STORE_NAME
     resumed = kernelgate(
-        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2", "--resume"
+        "audit",
+        str(corpus),
+        "--out",
+        str(out),
+        "--timeout",
+        TIMEOUT,
+        "--workers",
+        "2",
+        "--resume",
+        "--host-memory",
+        "64",  # the guard's measure only: no verdict depends on it
     )
     assert resumed.returncode == 0, resumed.stderr
     with sqlite3.connect(store) as db:

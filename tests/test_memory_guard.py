@@ -33,7 +33,7 @@ def wait_until_resident(process: subprocess.Popen[bytes], nbytes: int) -> None:
 
 
 def test_the_guard_stops_the_largest_judge_when_memory_runs_low() -> None:
-    low = HostMemoryGuard(available=lambda: 1 * GIB, total=64 * GIB)
+    low = HostMemoryGuard(meminfo=lambda: {"MemTotal": 64 * GIB, "MemAvailable": 1 * GIB})
     big, small = start(HOLD), start("import time; time.sleep(60)")
     try:
         wait_until_resident(big, 250 * 2**20)
@@ -52,7 +52,7 @@ def test_the_guard_stops_the_largest_judge_when_memory_runs_low() -> None:
 
 
 def test_the_guard_leaves_judges_alone_while_memory_suffices() -> None:
-    roomy = HostMemoryGuard(available=lambda: 32 * GIB, total=64 * GIB)
+    roomy = HostMemoryGuard(meminfo=lambda: {"MemTotal": 64 * GIB, "MemAvailable": 32 * GIB})
     first, second = start(HOLD), start(HOLD)
     try:
         roomy.register(first.pid)
@@ -66,6 +66,21 @@ def test_the_guard_leaves_judges_alone_while_memory_suffices() -> None:
             process.wait()
 
 
+def test_on_a_vm_whose_memory_grows_the_guard_counts_the_host_memory_it_is_told() -> None:
+    """A Firecracker VM shows 31 of its 128 GiB at first: 1 GiB "available" there is 98 GiB
+    left, not a reason to stop anyone; without being told, the guard sees 1 GiB."""
+    grown_so_far = {"MemTotal": 31 * GIB, "MemAvailable": 1 * GIB}
+    told = HostMemoryGuard(host_memory=128 * GIB, meminfo=lambda: grown_so_far)
+    assert told.memory() == (98 * GIB, 128 * GIB)
+    assert told.memory()[0] > told.reserve(128 * GIB)
+    untold = HostMemoryGuard(meminfo=lambda: grown_so_far)
+    assert untold.memory() == (1 * GIB, 31 * GIB) and untold.reserve(31 * GIB) > 1 * GIB
+    full = HostMemoryGuard(
+        host_memory=128 * GIB, meminfo=lambda: {"MemTotal": 128 * GIB, "MemAvailable": 3 * GIB}
+    )
+    assert full.memory() == (3 * GIB, 128 * GIB)
+
+
 def test_an_audit_judges_a_record_the_guard_stopped_again_with_fewer_beside_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -74,7 +89,9 @@ def test_an_audit_judges_a_record_the_guard_stopped_again_with_fewer_beside_it(
     from kernelgate.audit import runner
 
     stops: list[str] = []
-    guard = HostMemoryGuard(available=lambda: GIB if not stops else 32 * GIB, total=64 * GIB)
+    guard = HostMemoryGuard(
+        meminfo=lambda: {"MemTotal": 64 * GIB, "MemAvailable": GIB if not stops else 32 * GIB}
+    )
     guard.history = stops
     monkeypatch.setattr(memory_guard, "_shared", guard)
     names = ["honest", "nan_swallow"]

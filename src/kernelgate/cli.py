@@ -272,6 +272,15 @@ def audit_command(
         int | None, typer.Option("--limit", min=1, help="audit only the first N records")
     ] = None,
     timeout: TimeoutOption = 60.0,
+    host_memory: Annotated[
+        float | None,
+        typer.Option(
+            "--host-memory",
+            min=1,
+            help="the host's memory in GiB, where MemTotal shows only part of it (a VM "
+            "whose memory grows as it is used); the memory guard's measure (default: MemTotal)",
+        ),
+    ] = None,
 ) -> None:
     """Re-judge a corpus of accepted kernels: the old check beside the contract (exit 0 when
     the audit completes, whatever the verdicts; see docs/audit.md)."""
@@ -292,6 +301,7 @@ def audit_command(
         rejudge_records=rejudge_record or [],
         limit=limit,
         timeout=timeout,
+        host_memory=host_memory,
         console=console,
         errors=errors,
     )

@@ -27,6 +27,7 @@ def audit_command_body(
     rejudge_records: list[str],
     limit: int | None,
     timeout: float,
+    host_memory: float | None = None,
     console: Console,
     errors: Console,
 ) -> None:
@@ -68,6 +69,7 @@ def audit_command_body(
             rejudge_records=tuple(rejudge_records),
             limit=limit,
             timeout=timeout,
+            host_memory_gib=host_memory,
             on_plan=on_plan,
             on_row=on_row,
         )

@@ -8,6 +8,11 @@ runs, it watches the memory the kernel says is available and, when that falls be
 reserve, stops the judge whose processes hold the most (SIGKILL to its whole tree). That
 judge's record is judged again with fewer beside it, as for any memory failure, and its
 finished gates are kept in its journal; alone, a judge is never stopped by the guard.
+
+Some virtual machines (the device's Firecracker VMs) show only part of their memory in
+``MemTotal`` and add more as it is used, so ``MemAvailable`` there is no measure of what is
+left. Given the host's real memory (``--host-memory``), the guard counts what is left as that
+less what is in use (``MemTotal - MemAvailable``).
 """
 
 from __future__ import annotations
@@ -58,20 +63,19 @@ def tree_rss(pid: int, children: dict[int, list[int]]) -> int:
 class HostMemoryGuard:
     """Stops the largest of several running judges when the host's memory runs low.
 
-    ``available`` and ``total`` read the host's memory (``/proc/meminfo`` by default; tests
-    give their own). Judges are registered by pid for as long as they run; ``stopped(pid)``
-    tells the caller that a dead judge was the guard's doing, and why.
+    ``host_memory`` is the host's memory in bytes where ``MemTotal`` does not show all of it
+    (None: ``MemTotal``); ``meminfo`` reads the host (tests give their own). Judges are
+    registered by pid for as long as they run; ``stopped(pid)`` tells the caller that a
+    dead judge was the guard's doing, and why.
     """
 
     def __init__(
         self,
-        available: Callable[[], int | None] | None = None,
-        total: int | None = None,
+        host_memory: int | None = None,
+        meminfo: Callable[[], dict[str, int]] = meminfo,
     ) -> None:
-        info = meminfo()
-        self._available = available or (lambda: meminfo().get("MemAvailable"))
-        self.total = total if total is not None else info.get("MemTotal", 0)
-        self.reserve = max(RESERVE_FLOOR, int(RESERVE_SHARE * self.total))
+        self.host_memory = host_memory
+        self._meminfo = meminfo
         self._judges: dict[int, float] = {}
         self._stopped: dict[int, str] = {}
         self.history: list[str] = []  # every stop's reason, in order
@@ -79,10 +83,25 @@ class HostMemoryGuard:
         self._thread: threading.Thread | None = None
         self._last_stop = 0.0
 
+    def memory(self) -> tuple[int, int] | None:
+        """(available, total) bytes of the host now; None where it cannot be read."""
+        info = self._meminfo()
+        shown, available = info.get("MemTotal"), info.get("MemAvailable")
+        if not shown or available is None:
+            return None
+        if self.host_memory is None:
+            return available, shown
+        total = max(self.host_memory, shown)
+        return total - (shown - available), total
+
+    @staticmethod
+    def reserve(total: int) -> int:
+        return max(RESERVE_FLOOR, int(RESERVE_SHARE * total))
+
     def register(self, pid: int) -> None:
         with self._lock:
             self._judges[pid] = time.monotonic()
-            if self._thread is None and self.total:
+            if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._watch, name="kernelgate-memory-guard", daemon=True
                 )
@@ -104,8 +123,11 @@ class HostMemoryGuard:
             settled = time.monotonic() - self._last_stop >= SETTLE_SECONDS
         if len(judges) < 2 or not settled:
             return None
-        available = self._available()
-        if available is None or available >= self.reserve:
+        memory = self.memory()
+        if memory is None:
+            return None
+        available, total = memory
+        if available >= self.reserve(total):
             return None
         children = children_map()
         largest = max(judges, key=lambda pid: tree_rss(pid, children))
@@ -115,7 +137,7 @@ class HostMemoryGuard:
                 return None  # it finished meanwhile
             reason = self._stopped[largest] = (
                 f"stopped by the audit's host-memory guard: {available / GIB:.1f} GiB of "
-                f"{self.total / GIB:.0f} GiB available (reserve {self.reserve / GIB:.1f} GiB) "
+                f"{total / GIB:.0f} GiB available (reserve {self.reserve(total) / GIB:.1f} GiB) "
                 f"with {len(judges)} judges running; this one held {held / GIB:.1f} GiB"
             )
             self.history.append(reason)
@@ -141,3 +163,8 @@ def shared_guard() -> HostMemoryGuard:
         if _shared is None:
             _shared = HostMemoryGuard()
         return _shared
+
+
+def set_host_memory(host_memory: int | None) -> None:
+    """Tell the shared guard the host's real memory (``--host-memory``; None: MemTotal)."""
+    shared_guard().host_memory = host_memory

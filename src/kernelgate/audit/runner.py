@@ -21,6 +21,7 @@ from kernelgate.audit.judge import (
     memory_failure,
     unreadable_row,
 )
+from kernelgate.audit.memory_guard import GIB, set_host_memory
 from kernelgate.audit.report import write_report
 from kernelgate.audit.store import STORE_NAME, ResultStore
 from kernelgate.errors import KernelgateError
@@ -105,13 +106,19 @@ def run_audit(
     limit: int | None = None,
     timeout: float = 60.0,
     seed: int = 0,
+    host_memory_gib: float | None = None,
     on_plan: Callable[[AuditPlan], None] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> AuditOutcome:
-    """Audit SOURCE into OUT_DIR; raises ``KernelgateError`` only for usage errors."""
+    """Audit SOURCE into OUT_DIR; raises ``KernelgateError`` only for usage errors.
+
+    ``host_memory_gib`` is the host's memory where ``MemTotal`` shows only part of it (see
+    ``memory_guard``); it changes when judges are stopped for memory, never a verdict.
+    """
     from kernelgate.pipeline import resolve_device
 
     device = resolve_device(device)
+    set_host_memory(None if host_memory_gib is None else int(host_memory_gib * GIB))
     unknown = sorted(set(rejudge) - set(GATE_IDS))
     if unknown:
         raise KernelgateError(f"unknown gate(s) for --rejudge: {', '.join(unknown)}")
