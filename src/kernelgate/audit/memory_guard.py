@@ -1,9 +1,10 @@
 """A host-memory guard for judges that share one machine.
 
 Several large records judged at once can fill the host's memory. Linux's OOM killer acts
-only at the very end, after the kernel has spent minutes evicting the pages of every
-process's code and reading them back: on the H200 host (128 GiB) the judges then sat in a
-gate for many minutes with the GPU idle. The guard acts earlier. While more than one judge
+only at the very end, after the kernel may have spent minutes evicting the pages of every
+process's code and reading them back (on the H200 host, with 125 of 128 GiB in use, judges
+sat in one gate for many minutes with the GPU idle, which is what that looks like). The
+guard acts earlier. While more than one judge
 runs, it watches the memory the kernel says is available and, when that falls below a
 reserve, stops the judge whose processes hold the most (SIGKILL to its whole tree). That
 judge's record is judged again with fewer beside it, as for any memory failure, and its
