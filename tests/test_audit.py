@@ -723,3 +723,28 @@ def test_rejudge_record_judges_those_records_again_and_names_unknown_ids(tmp_pat
         runs = dict(db.execute("SELECT id, run FROM rows").fetchall())
     assert runs == {"honest": 1, "nan_swallow": 2}
     assert stored_rows(out)["nan_swallow"]["verdict"] == EXPECTED["nan_swallow"][0]
+
+
+def test_a_finished_judge_whose_row_was_not_stored_is_not_judged_again(tmp_path: Path) -> None:
+    """A deadline's SIGKILL can land after a judge wrote its result and before the audit
+    stored it: the resume stores that result instead of judging the record again, while a
+    row the audit forgets on purpose (--rejudge-record) is judged afresh."""
+    corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow"])
+    out = tmp_path / "out"
+    args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
+    assert kernelgate(*args).returncode == 0
+    first = stored_rows(out)["honest"]
+    log = next(p for p in (out / "records").iterdir() if p.name.startswith("honest")) / "judge.log"
+    judged_at = log.read_text()
+    with sqlite3.connect(out / STORE_NAME) as db:  # the row the killed audit never stored
+        db.execute("DELETE FROM rows WHERE id = 'honest'")
+    result = kernelgate(*args, "--resume")
+    assert result.returncode == 0, result.stderr
+    recovered = stored_rows(out)["honest"]
+    assert recovered["recovered_result"] and log.read_text() == judged_at  # no judge ran
+    assert {k: v for k, v in recovered.items() if k != "recovered_result"} == first
+    again = kernelgate(*args, "--resume", "--rejudge-record", "honest")
+    assert again.returncode == 0, again.stderr
+    rejudged = stored_rows(out)["honest"]
+    assert "recovered_result" not in rejudged and rejudged["verdict"] == EXPECTED["honest"][0]
+    assert log.read_text() != judged_at

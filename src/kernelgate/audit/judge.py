@@ -161,6 +161,35 @@ def _device_memory_incident(incidents: list[dict[str, Any]]) -> bool:
 # -- the parent's side -----------------------------------------------------------------------
 
 
+def result_path(out_dir: Path, record_id: str) -> Path:
+    """Where the judge of ``record_id`` leaves its row for the audit to store."""
+    return out_dir / "records" / work_folder_name(record_id) / "result.json"
+
+
+def finished_but_unstored(record: CorpusRecord, result: Path) -> dict[str, Any] | None:
+    """The row a judge of this code wrote for ``record`` in an earlier run that was killed
+    before it stored the row (a deadline's SIGKILL lands between the two now and then).
+
+    A record without a row whose folder holds a result is exactly that, unless the result
+    failed for memory (the audit judges such records again, with fewer beside them): a
+    stored row's record is not judged again unless the audit forgets the row, and
+    forgetting removes the result too (``runner.forget``). The store refuses a resume with
+    other settings, so only the code can differ, and the row says which code judged it.
+    """
+    try:
+        row = json.loads(result.read_text())
+    except (OSError, ValueError):
+        return None
+    if (
+        isinstance(row, dict)
+        and row.get("id") == record.id
+        and row.get("judged_with") == code_digest()
+        and not memory_failure(row)
+    ):
+        return row
+    return None
+
+
 def judge_isolated(
     record: CorpusRecord,
     options: AuditOptions,
@@ -180,6 +209,10 @@ def judge_isolated(
     work = Path(options.out_dir) / "records" / work_folder_name(record.id)
     work.mkdir(parents=True, exist_ok=True)
     request, result, log_path = work / "request.json", work / "result.json", work / "judge.log"
+    unstored = finished_but_unstored(record, result)
+    if unstored is not None:
+        request.unlink(missing_ok=True)
+        return unstored | {"recovered_result": True}
     result.unlink(missing_ok=True)
     request.write_text(json.dumps({"record": record.to_dict(), "options": asdict(options)}))
     env = child_env(options.device)

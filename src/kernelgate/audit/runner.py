@@ -19,6 +19,7 @@ from kernelgate.audit.executors import make_executor, side_by_side
 from kernelgate.audit.judge import (
     AuditOptions,
     memory_failure,
+    result_path,
     unreadable_row,
 )
 from kernelgate.audit.memory_guard import GIB, set_host_memory
@@ -154,15 +155,22 @@ def run_audit(
         pool.close()
         raise
     try:
+
+        def forget(ids: set[str]) -> None:
+            """Drop the rows of ``ids`` and their judges' results: judged afresh."""
+            store.forget(ids)
+            for record_id in ids:
+                result_path(out_dir, record_id).unlink(missing_ok=True)
+
         if retry_errors:  # a judge killed for memory, say: the candidate was never judged
             troubled = store.ids_where(memory_failure)
-            store.forget(store.error_ids() | troubled)
+            forget(store.error_ids() | troubled)
             for record_id in troubled:  # memory was the trouble: the pool would repeat it
                 store.defer_alone(record_id, "retried after a memory failure")
         store.set_corpus(corpus_ids)  # the report says which records still lack a row
         for gate in rejudge:  # that gate changed since those rows were judged
-            store.forget(store.failed_ids(gate))
-        store.forget(set(rejudge_records))
+            forget(store.failed_ids(gate))
+        forget(set(rejudge_records))
         done = store.done_ids()
         position = {record.id: index for index, record in enumerate(records)}
         todo = [r for r in records if r.id not in done]
