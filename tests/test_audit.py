@@ -33,6 +33,11 @@ from .conftest import ROOT
 TIMEOUT = "2"
 
 
+def audit_args(corpus: Path, out: Path, *options: str) -> list[str]:
+    """``kernelgate audit`` of ``corpus`` into ``out`` at the tests' timeout, plus ``options``."""
+    return ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, *options]
+
+
 def kernelgate(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "kernelgate.cli", *args],
@@ -271,19 +276,7 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     names = ["honest", "nan_swallow", "syntax_error", "no_modelnew"]
     corpus = write_pairs(tmp_path / "corpus", names)
     out = tmp_path / "out"
-    args = [
-        sys.executable,
-        "-m",
-        "kernelgate.cli",
-        "audit",
-        str(corpus),
-        "--out",
-        str(out),
-        "--timeout",
-        TIMEOUT,
-        "--workers",
-        "1",
-    ]
+    args = [sys.executable, "-m", "kernelgate.cli", *audit_args(corpus, out, "--workers", "1")]
     process = subprocess.Popen(
         args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
@@ -310,18 +303,8 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     shutil.copytree(corpus, moved / "corpus")
     shutil.move(out, moved / "out")
     corpus, out, store = moved / "corpus", moved / "out", moved / "out" / STORE_NAME
-    resumed = kernelgate(
-        "audit",
-        str(corpus),
-        "--out",
-        str(out),
-        "--timeout",
-        TIMEOUT,
-        "--workers",
-        "2",
-        "--resume",
-        "--host-memory",
-        "64",  # the guard's measure only: no verdict depends on it
+    resumed = kernelgate(  # --host-memory is the guard's measure only: no verdict depends on it
+        *audit_args(corpus, out, "--workers", "2", "--resume", "--host-memory", "64")
     )
     assert resumed.returncode == 0, resumed.stderr
     with sqlite3.connect(store) as db:
@@ -731,7 +714,7 @@ def test_a_finished_judge_whose_row_was_not_stored_is_not_judged_again(tmp_path:
     row the audit forgets on purpose (--rejudge-record) is judged afresh."""
     corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow"])
     out = tmp_path / "out"
-    args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
+    args = audit_args(corpus, out, "--workers", "2")
     assert kernelgate(*args).returncode == 0
     first = stored_rows(out)["honest"]
     log = next(p for p in (out / "records").iterdir() if p.name.startswith("honest")) / "judge.log"

@@ -4,11 +4,11 @@ Several large records judged at once can fill the host's memory. Linux's OOM kil
 only at the very end, after the kernel may have spent minutes evicting the pages of every
 process's code and reading them back (on the H200 host, with 125 of 128 GiB in use, judges
 sat in one gate for many minutes with the GPU idle, which is what that looks like). The
-guard acts earlier. While more than one judge
-runs, it watches the memory the kernel says is available and, when that falls below a
-reserve, stops the judge whose processes hold the most (SIGKILL to its whole tree). That
-judge's record is judged again with fewer beside it, as for any memory failure, and its
-finished gates are kept in its journal; alone, a judge is never stopped by the guard.
+guard acts earlier. While more than one judge runs, it watches the memory the kernel says
+is available and, when that falls below a reserve, stops the judge whose processes hold the
+most (SIGKILL to its whole tree). That judge's record is judged again with fewer beside it,
+as for any memory failure, and its finished gates are kept in its journal; alone, a judge
+is never stopped by the guard.
 
 Some virtual machines (the device's Firecracker VMs) show only part of their memory in
 ``MemTotal`` and add more as it is used, so ``MemAvailable`` there is no measure of what is
@@ -77,7 +77,7 @@ class HostMemoryGuard:
     ) -> None:
         self.host_memory = host_memory
         self._meminfo = meminfo
-        self._judges: dict[int, float] = {}
+        self._judges: set[int] = set()  # pids of the judges running now
         self._stopped: dict[int, str] = {}
         self.history: list[str] = []  # every stop's reason, in order
         self._lock = threading.Lock()
@@ -101,7 +101,7 @@ class HostMemoryGuard:
 
     def register(self, pid: int) -> None:
         with self._lock:
-            self._judges[pid] = time.monotonic()
+            self._judges.add(pid)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._watch, name="kernelgate-memory-guard", daemon=True
@@ -110,7 +110,7 @@ class HostMemoryGuard:
 
     def unregister(self, pid: int) -> None:
         with self._lock:
-            self._judges.pop(pid, None)
+            self._judges.discard(pid)
 
     def stopped(self, pid: int) -> str | None:
         """Why the guard stopped judge ``pid``, or None if it did not."""
@@ -131,8 +131,9 @@ class HostMemoryGuard:
         if available >= self.reserve(total):
             return None
         children = children_map()
-        largest = max(judges, key=lambda pid: tree_rss(pid, children))
-        held = tree_rss(largest, children)
+        held_by = {pid: tree_rss(pid, children) for pid in judges}
+        largest = max(held_by, key=held_by.__getitem__)
+        held = held_by[largest]
         with self._lock:
             if largest not in self._judges:
                 return None  # it finished meanwhile

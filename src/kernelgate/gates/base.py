@@ -40,8 +40,8 @@ from kernelgate.serde import Serializable
 
 RECENT_CASES = 4  # cases whose oracle results a GateContext keeps (see ``_cached``)
 # Oracles at other sizes (CMP-03) a GateContext keeps: each holds the reference model in
-# float64 and in its own dtype, and a gate judges one shape at a time, so older ones only
-# hold device memory (a large model's sized oracles filled an H200 beside other judges).
+# float64 and in its own dtype, and a gate judges one shape at a time, so older ones would
+# only hold device memory (for a large model, a copy of it for every held-out shape).
 SIZED_ORACLES_KEPT = 2
 
 
