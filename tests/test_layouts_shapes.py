@@ -161,3 +161,29 @@ def test_cmp03_traces_each_step_and_keeps_few_sized_oracles(
             name = re.escape(f"CMP-03 {step} [{shape['label']}]")
             assert any(re.fullmatch(name + r" \.\.\.", line) for line in lines), (step, shape)
             assert any(re.fullmatch(name + r" \d+\.\d s", line) for line in lines), (step, shape)
+
+
+def test_cmp03_keeps_sizes_that_shape_no_input_within_the_footprint_limit() -> None:
+    """A kernel size grows weights and outputs, not inputs: without the footprint limit the
+    confirmation shapes reached kernel_size=4096 (a thrashing host on the H200)."""
+    from kernelgate.formats.kernelbench import load_reference
+    from kernelgate.inputs.shapes import CPU_ELEMENT_CAP, footprint_filter
+
+    reference = DATA / "convt_kernel_reference.py"
+    program = load_reference(reference)
+    affordable, limit = footprint_filter(program, CPU_ELEMENT_CAP)
+    weights, outputs = 2 * 3 * 4 * 4 + 3, 2 * 3 * 18 * 18
+    assert program.footprint() == 2 * 2 * 8 * 8 + weights + outputs
+    assert program.footprint(kernel_size=4096) > limit
+    assert affordable("kernel_size", 5) and not affordable("kernel_size", 4096)
+
+    gate = kernelgate.verify(reference, DATA / "convt_kernel_fixed.py", only=["CMP-03"]).gate(
+        "CMP-03"
+    )
+    assert gate.status is Status.FAIL, gate.reason
+    assert gate.evidence["footprint_limit"] == limit
+    tried = [s["value"] for s in gate.evidence["shapes"] if s["dim"] == "kernel_size"]
+    pooled = [v for pool in gate.evidence["pools"]["kernel_size"].values() for v in pool]
+    assert tried and gate.evidence["confirmations"]
+    assert all(program.footprint(kernel_size=v) <= limit for v in tried + pooled)
+    assert gate.evidence["sub_domain"]["dims"]["kernel_size"]["varies"] is False

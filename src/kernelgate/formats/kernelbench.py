@@ -11,6 +11,7 @@ import ast
 import contextlib
 import hashlib
 import importlib.util
+import itertools
 import random
 import sys
 from collections.abc import Iterator
@@ -120,6 +121,31 @@ class ReferenceProgram:
             for name, value in saved.items():
                 setattr(self.module, name, value)
 
+    def footprint(self, **sizes: int) -> int | None:
+        """Elements the reference holds at ``sizes``: parameters, buffers, inputs and outputs.
+
+        Everything is built on the meta device, which allocates nothing and computes only
+        shapes, so a held-out size that would need terabytes (a ``kernel_size`` of 4096 in
+        a transposed convolution: weights and outputs that grow with no input tensor) is
+        measured in milliseconds instead of being found by thrashing the host. The parts
+        that cannot run there (``.item()`` in ``forward``, an explicit device) are left
+        out of the count; None when not even the model can be built there.
+        """
+        with self.rebound(**sizes), torch.device("meta"), torch.no_grad():
+            try:
+                model = self.module.Model(*self.module.get_init_inputs())
+            except Exception:
+                return None
+            held = itertools.chain(model.parameters(), model.buffers())
+            total = sum(t.numel() for t in held)
+            try:
+                inputs = list(self.module.get_inputs())
+                total += _elements(inputs)
+                total += _elements(model(*inputs))
+            except Exception:
+                pass
+        return total
+
     def init_inputs(self) -> list[Any]:
         set_seed(KERNELBENCH_SEED)
         return list(self.module.get_init_inputs())
@@ -131,6 +157,17 @@ class ReferenceProgram:
     def inputs(self, seed: int) -> list[Any]:
         set_seed(seed)
         return list(self.module.get_inputs())
+
+
+def _elements(value: Any) -> int:
+    """Tensor elements in ``value`` (nested lists, tuples and dicts too)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    if isinstance(value, list | tuple):
+        return sum(_elements(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_elements(v) for v in value.values())
+    return 0
 
 
 def load_reference(path: str | Path) -> ReferenceProgram:

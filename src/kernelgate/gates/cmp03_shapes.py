@@ -21,10 +21,12 @@ from kernelgate.gates.outputs import structure_findings
 from kernelgate.inputs.shapes import (
     CPU_ELEMENT_CAP,
     DEVICE_ELEMENT_CAP,
+    FOOTPRINT_FACTOR,
     LARGE_FACTOR,
     MAX_CASES,
     ShapePoint,
     choose,
+    footprint_filter,
     input_elements,
     sub_dim,
 )
@@ -50,7 +52,10 @@ class ShapesGate(Gate):
                 "reference, so other shapes cannot be built from it"
             )
         cap = CPU_ELEMENT_CAP if ctx.session.device == "cpu" else DEVICE_ELEMENT_CAP
-        points, pools = choose(ctx.contract, rebindable, ctx.case_seed(self.id, -1), cap)
+        self._affordable, footprint_limit = footprint_filter(program, cap)
+        points, pools = choose(
+            ctx.contract, rebindable, ctx.case_seed(self.id, -1), cap, self._affordable
+        )
         self._ctx, self._results, self._first_failure = ctx, [], None
         self._worst, self._model, self._params = 0.0, "", {}
         for index, point in enumerate(points):
@@ -83,6 +88,8 @@ class ShapesGate(Gate):
             if ctx.session.device == "cpu"
             else "device",
             "large_factor": LARGE_FACTOR,
+            "footprint_limit": footprint_limit,
+            "footprint_factor": FOOTPRINT_FACTOR,
             "max_cases": MAX_CASES,
             "shapes": self._results,
             "pools": pools,
@@ -231,6 +238,7 @@ class ShapesGate(Gate):
                     value <= max(top, dim.reference)
                     and value != dim.reference
                     and (narrowed.admits(value) and (name, value) not in tested)
+                    and self._affordable(name, value)
                 ):
                     fresh.append(ShapePoint(name, value, "confirm"))
                     break

@@ -12,6 +12,12 @@ tried for a dim come from named families:
 - ``large``: the largest admitted size whose inputs fit the element cap (bounded by
   ``LARGE_FACTOR`` times the reference size, so one run stays affordable).
 
+A dim that sizes no input tensor (``kernel_size``, ``out_features``) grows the weights and
+outputs instead, which the input cap cannot see; so every value must also keep the
+reference's footprint (``ReferenceProgram.footprint``: parameters, buffers, inputs and
+outputs, measured on the meta device) within ``FOOTPRINT_FACTOR`` times that of the
+reference case, or of the cap where that is larger.
+
 Only values the ``Dim`` admits are used (min/max/multiple_of/varies). One dim moves at a time,
 the others stay at their reference sizes, so a failure names the dim that caused it. The
 subset is chosen deterministically from the seed and bounded by ``MAX_CASES``.
@@ -19,17 +25,21 @@ subset is chosen deterministically from the seed and bounded by ``MAX_CASES``.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kernelgate.contract.spec import Contract, Dim, TensorSpec
+from kernelgate.formats.kernelbench import ReferenceProgram
 
 MAX_CASES = 8  # shapes per CMP-03 run (before the confirmation cases of a narrowing)
 CPU_ELEMENT_CAP = 1 << 16  # total input elements per case under the Triton interpreter
 DEVICE_ELEMENT_CAP = 1 << 24  # total input elements per case on a GPU
 LARGE_FACTOR = 16  # "large" is at most this many times the reference size (or LARGE_FLOOR)
 LARGE_FLOOR = 4096
+FOOTPRINT_FACTOR = 4  # a shape holds at most this many times the reference case's elements
 BLOCKS = tuple(1 << k for k in range(4, 11))  # 16 .. 1024
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 97, 251, 509, 997, 1021, 2039, 4093)
 FAMILIES = ("min", "block", "large", "prime", "npot")
@@ -62,6 +72,25 @@ def input_elements(contract: Contract, sizes: dict[str, int]) -> int:
     return total
 
 
+Affordable = Callable[[str, int], bool]
+
+
+def footprint_filter(program: ReferenceProgram, cap: int) -> tuple[Affordable, int]:
+    """Whether the reference at ``dim = value`` fits the footprint limit, and that limit.
+
+    A value whose footprint cannot be measured (the model cannot be built on the meta
+    device) is admitted, as before this check; the input cap still bounds it.
+    """
+    limit = FOOTPRINT_FACTOR * max(cap, program.footprint() or 0)
+
+    @functools.cache
+    def affordable(dim: str, value: int) -> bool:
+        held = program.footprint(**{dim: value})
+        return held is None or held <= limit
+
+    return affordable, limit
+
+
 def _round_down(value: int, multiple: int) -> int:
     return value // multiple * multiple
 
@@ -88,12 +117,18 @@ def families(dim: Dim, fits: int) -> dict[str, list[int]]:
 
 
 def choose(
-    contract: Contract, dims: list[Dim], seed: int, cap: int
+    contract: Contract,
+    dims: list[Dim],
+    seed: int,
+    cap: int,
+    affordable: Affordable | None = None,
 ) -> tuple[list[ShapePoint], dict[str, dict[str, list[int]]]]:
     """A seeded, bounded set of shape points over ``dims``, and every dim's candidate pools.
 
     Each dim gets an equal share of ``MAX_CASES`` (at least one); families are visited in
-    turn (min, block, large, prime, npot) so every share covers the edge cases first.
+    turn (min, block, large, prime, npot) so every share covers the edge cases first. Only
+    values within the input cap and, given ``affordable`` (``footprint_filter``), within
+    the footprint limit enter the pools.
     """
     rng = random.Random(seed)
     order = list(dims)
@@ -114,7 +149,12 @@ def choose(
         # Every value must fit the budget by its exact element count: a dim used twice in one
         # input (B, T, T) grows the inputs faster than the linear ``fits`` estimate.
         pool = {
-            name: [v for v in values if input_elements(contract, {dim.name: v}) <= budget]
+            name: [
+                v
+                for v in values
+                if input_elements(contract, {dim.name: v}) <= budget
+                and (affordable is None or affordable(dim.name, v))
+            ]
             for name, values in pool.items()
         }
         pools[dim.name] = pool
