@@ -173,17 +173,36 @@ def test_cmp03_keeps_sizes_that_shape_no_input_within_the_footprint_limit() -> N
     program = load_reference(reference)
     affordable, limit = footprint_filter(program, CPU_ELEMENT_CAP)
     weights, outputs = 2 * 3 * 4 * 4 + 3, 2 * 3 * 18 * 18
-    assert program.footprint() == 2 * 2 * 8 * 8 + weights + outputs
-    assert program.footprint(kernel_size=4096) > limit
+    reference_case = program.footprint()
+    assert reference_case is not None
+    assert reference_case.elements == 2 * 2 * 8 * 8 + weights + outputs
+    assert reference_case.flops > 0  # FlopCounterMode counts the convolution
+    huge = program.footprint(kernel_size=4096)
+    assert huge is not None and huge.elements > limit.elements and huge.flops > limit.flops
     assert affordable("kernel_size", 5) and not affordable("kernel_size", 4096)
 
     gate = kernelgate.verify(reference, DATA / "convt_kernel_fixed.py", only=["CMP-03"]).gate(
         "CMP-03"
     )
     assert gate.status is Status.FAIL, gate.reason
-    assert gate.evidence["footprint_limit"] == limit
+    assert gate.evidence["footprint_limit"] == {"elements": limit.elements, "flops": limit.flops}
     tried = [s["value"] for s in gate.evidence["shapes"] if s["dim"] == "kernel_size"]
     pooled = [v for pool in gate.evidence["pools"]["kernel_size"].values() for v in pool]
     assert tried and gate.evidence["confirmations"]
-    assert all(program.footprint(kernel_size=v) <= limit for v in tried + pooled)
+    assert all(affordable("kernel_size", v) for v in tried + pooled)
     assert gate.evidence["sub_domain"]["dims"]["kernel_size"]["varies"] is False
+
+
+def test_footprint_flop_limit_refuses_work_the_element_limit_admits() -> None:
+    """A kernel size can hold few elements yet cost far more flops than the reference."""
+    from kernelgate.formats.kernelbench import load_reference
+    from kernelgate.inputs.shapes import DEVICE_ELEMENT_CAP, FOOTPRINT_FACTOR, footprint_filter
+
+    program = load_reference(DATA / "convt_kernel_reference.py")
+    with program.rebound(channels=64, side=32):  # many input channels: flops outgrow elements
+        affordable, limit = footprint_filter(program, DEVICE_ELEMENT_CAP)
+        refused = [k for k in range(200, 400, 10) if not affordable("kernel_size", k)]
+        assert refused, "some kernel size must cost too much"
+        first = program.footprint(kernel_size=refused[0])
+    assert first is not None and first.flops > limit.flops >= FOOTPRINT_FACTOR
+    assert first.elements <= limit.elements  # only the flop limit refused it

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from kernelgate.errors import CandidateLoadError, ReferenceError_
 
@@ -89,6 +90,16 @@ def check_candidate_source(path: str | Path) -> str:
     return source
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """A reference case's size: tensor elements held (parameters, buffers, inputs, outputs)
+    and floating-point operations in ``forward`` (matmuls and convolutions, as PyTorch's
+    ``FlopCounterMode`` counts them)."""
+
+    elements: int
+    flops: int
+
+
 @dataclass
 class ReferenceProgram:
     """A loaded KernelBench reference. ``sizes`` are its module-level integer constants."""
@@ -121,15 +132,15 @@ class ReferenceProgram:
             for name, value in saved.items():
                 setattr(self.module, name, value)
 
-    def footprint(self, **sizes: int) -> int | None:
-        """Elements the reference holds at ``sizes``: parameters, buffers, inputs and outputs.
+    def footprint(self, **sizes: int) -> Footprint | None:
+        """What the reference holds and computes at ``sizes``.
 
         Everything is built on the meta device, which allocates nothing and computes only
-        shapes, so a held-out size that would need terabytes (a ``kernel_size`` of 4096 in
-        a transposed convolution: weights and outputs that grow with no input tensor) is
-        measured in milliseconds instead of being found by thrashing the host. The parts
-        that cannot run there (``.item()`` in ``forward``, an explicit device) are left
-        out of the count; None when not even the model can be built there.
+        shapes, so a held-out size that would need terabytes or hours (a ``kernel_size`` of
+        4096 in a transposed convolution: weights, outputs and work that grow with no input
+        tensor) is measured in milliseconds instead of being found by thrashing the host.
+        The parts that cannot run there (``.item()`` in ``forward``, an explicit device)
+        are left out of the count; None when not even the model can be built there.
         """
         with self.rebound(**sizes), torch.device("meta"), torch.no_grad():
             try:
@@ -137,14 +148,16 @@ class ReferenceProgram:
             except Exception:
                 return None
             held = itertools.chain(model.parameters(), model.buffers())
-            total = sum(t.numel() for t in held)
+            elements = sum(t.numel() for t in held)
+            counter = FlopCounterMode(display=False)
             try:
                 inputs = list(self.module.get_inputs())
-                total += _elements(inputs)
-                total += _elements(model(*inputs))
+                elements += _elements(inputs)
+                with counter:
+                    elements += _elements(model(*inputs))
             except Exception:
                 pass
-        return total
+        return Footprint(elements, counter.get_total_flops())
 
     def init_inputs(self) -> list[Any]:
         set_seed(KERNELBENCH_SEED)

@@ -88,7 +88,10 @@ class ShapesGate(Gate):
             if ctx.session.device == "cpu"
             else "device",
             "large_factor": LARGE_FACTOR,
-            "footprint_limit": footprint_limit,
+            "footprint_limit": {
+                "elements": footprint_limit.elements,
+                "flops": footprint_limit.flops,
+            },
             "footprint_factor": FOOTPRINT_FACTOR,
             "max_cases": MAX_CASES,
             "shapes": self._results,

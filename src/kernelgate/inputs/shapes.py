@@ -12,11 +12,13 @@ tried for a dim come from named families:
 - ``large``: the largest admitted size whose inputs fit the element cap (bounded by
   ``LARGE_FACTOR`` times the reference size, so one run stays affordable).
 
-A dim that sizes no input tensor (``kernel_size``, ``out_features``) grows the weights and
-outputs instead, which the input cap cannot see; so every value must also keep the
-reference's footprint (``ReferenceProgram.footprint``: parameters, buffers, inputs and
-outputs, measured on the meta device) within ``FOOTPRINT_FACTOR`` times that of the
-reference case, or of the cap where that is larger.
+A dim that sizes no input tensor (``kernel_size``, ``out_features``) grows the weights,
+outputs and work instead, which the input cap cannot see; so every value must also keep the
+reference's footprint (``ReferenceProgram.footprint``, measured on the meta device) within
+``FOOTPRINT_FACTOR`` times that of the reference case: its elements (parameters, buffers,
+inputs, outputs; at least the cap's) and its flops (at least ``FLOPS_PER_CAPPED_ELEMENT``
+per element of the cap). The float64 oracle pays for both: a 3-D transposed convolution at
+``kernel_size=33`` held only 4x the reference's elements but needed 1300x its flops.
 
 Only values the ``Dim`` admits are used (min/max/multiple_of/varies). One dim moves at a time,
 the others stay at their reference sizes, so a failure names the dim that caused it. The
@@ -32,14 +34,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kernelgate.contract.spec import Contract, Dim, TensorSpec
-from kernelgate.formats.kernelbench import ReferenceProgram
+from kernelgate.formats.kernelbench import Footprint, ReferenceProgram
 
 MAX_CASES = 8  # shapes per CMP-03 run (before the confirmation cases of a narrowing)
 CPU_ELEMENT_CAP = 1 << 16  # total input elements per case under the Triton interpreter
 DEVICE_ELEMENT_CAP = 1 << 24  # total input elements per case on a GPU
 LARGE_FACTOR = 16  # "large" is at most this many times the reference size (or LARGE_FLOOR)
 LARGE_FLOOR = 4096
-FOOTPRINT_FACTOR = 4  # a shape holds at most this many times the reference case's elements
+FOOTPRINT_FACTOR = 4  # a shape holds and computes at most this many times the reference case
+FLOPS_PER_CAPPED_ELEMENT = 1024  # the flop limit's floor, per element of the cap
 BLOCKS = tuple(1 << k for k in range(4, 11))  # 16 .. 1024
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 97, 251, 509, 997, 1021, 2039, 4093)
 FAMILIES = ("min", "block", "large", "prime", "npot")
@@ -75,18 +78,22 @@ def input_elements(contract: Contract, sizes: dict[str, int]) -> int:
 Affordable = Callable[[str, int], bool]
 
 
-def footprint_filter(program: ReferenceProgram, cap: int) -> tuple[Affordable, int]:
+def footprint_filter(program: ReferenceProgram, cap: int) -> tuple[Affordable, Footprint]:
     """Whether the reference at ``dim = value`` fits the footprint limit, and that limit.
 
     A value whose footprint cannot be measured (the model cannot be built on the meta
     device) is admitted, as before this check; the input cap still bounds it.
     """
-    limit = FOOTPRINT_FACTOR * max(cap, program.footprint() or 0)
+    reference = program.footprint() or Footprint(0, 0)
+    limit = Footprint(
+        FOOTPRINT_FACTOR * max(cap, reference.elements),
+        FOOTPRINT_FACTOR * max(cap * FLOPS_PER_CAPPED_ELEMENT, reference.flops),
+    )
 
     @functools.cache
     def affordable(dim: str, value: int) -> bool:
         held = program.footprint(**{dim: value})
-        return held is None or held <= limit
+        return held is None or (held.elements <= limit.elements and held.flops <= limit.flops)
 
     return affordable, limit
 
