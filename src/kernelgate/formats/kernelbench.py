@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from kernelgate.errors import CandidateLoadError, ReferenceError_
 
@@ -142,6 +141,10 @@ class ReferenceProgram:
         The parts that cannot run there (``.item()`` in ``forward``, an explicit device)
         are left out of the count; None when not even the model can be built there.
         """
+        # Imported here: it imports Triton, and the worker (which imports this module) must
+        # fork its offline compiler before Triton loads (sandbox.resources.CompileServer).
+        from torch.utils.flop_counter import FlopCounterMode
+
         with self.rebound(**sizes), torch.device("meta"), torch.no_grad():
             try:
                 model = self.module.Model(*self.module.get_init_inputs())
