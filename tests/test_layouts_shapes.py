@@ -5,6 +5,8 @@ Small references of our own (tests/data/cmp_*) keep the Triton interpreter fast.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -167,42 +169,66 @@ def test_cmp03_keeps_sizes_that_shape_no_input_within_the_footprint_limit() -> N
     """A kernel size grows weights and outputs, not inputs: without the footprint limit the
     confirmation shapes reached kernel_size=4096 (a thrashing host on the H200)."""
     from kernelgate.formats.kernelbench import load_reference
-    from kernelgate.inputs.shapes import CPU_ELEMENT_CAP, footprint_filter
+    from kernelgate.inputs.footprint import FootprintLimit
+    from kernelgate.inputs.shapes import CPU_ELEMENT_CAP
 
     reference = DATA / "convt_kernel_reference.py"
     program = load_reference(reference)
-    affordable, limit = footprint_filter(program, CPU_ELEMENT_CAP)
+    footprint = FootprintLimit(program, CPU_ELEMENT_CAP)
     weights, outputs = 2 * 3 * 4 * 4 + 3, 2 * 3 * 18 * 18
-    reference_case = program.footprint()
-    assert reference_case is not None
-    assert reference_case.elements == 2 * 2 * 8 * 8 + weights + outputs
-    assert reference_case.flops > 0  # FlopCounterMode counts the convolution
+    assert footprint.reference.elements == 2 * 2 * 8 * 8 + weights + outputs
+    assert footprint.reference.flops > 0  # FlopCounterMode counts the convolution
     huge = program.footprint(kernel_size=4096)
-    assert huge is not None and huge.elements > limit.elements and huge.flops > limit.flops
-    assert affordable("kernel_size", 5) and not affordable("kernel_size", 4096)
+    assert huge is not None and huge.elements > footprint.limit.elements
+    assert footprint.admits("kernel_size", 5) and not footprint.admits("kernel_size", 4096)
+    assert not footprint.admits("kernel_size", 5000)  # larger than a refused size: unmeasured
+    assert "larger than the refused kernel_size=4096" in footprint.refused["kernel_size=5000"]
 
     gate = kernelgate.verify(reference, DATA / "convt_kernel_fixed.py", only=["CMP-03"]).gate(
         "CMP-03"
     )
     assert gate.status is Status.FAIL, gate.reason
-    assert gate.evidence["footprint_limit"] == {"elements": limit.elements, "flops": limit.flops}
+    assert gate.evidence["footprint_limit"] == {
+        "elements": footprint.limit.elements,
+        "flops": footprint.limit.flops,
+    }
     tried = [s["value"] for s in gate.evidence["shapes"] if s["dim"] == "kernel_size"]
-    pooled = [v for pool in gate.evidence["pools"]["kernel_size"].values() for v in pool]
     assert tried and gate.evidence["confirmations"]
-    assert all(affordable("kernel_size", v) for v in tried + pooled)
+    assert all(footprint.admits("kernel_size", v) for v in tried)
+    assert max(tried) < max(gate.evidence["pools"]["kernel_size"]["block"])  # 129 refused
+    assert gate.evidence["footprint_refused"]
     assert gate.evidence["sub_domain"]["dims"]["kernel_size"]["varies"] is False
 
 
 def test_footprint_flop_limit_refuses_work_the_element_limit_admits() -> None:
     """A kernel size can hold few elements yet cost far more flops than the reference."""
     from kernelgate.formats.kernelbench import load_reference
-    from kernelgate.inputs.shapes import DEVICE_ELEMENT_CAP, FOOTPRINT_FACTOR, footprint_filter
+    from kernelgate.inputs.footprint import FOOTPRINT_FACTOR, FootprintLimit
+    from kernelgate.inputs.shapes import DEVICE_ELEMENT_CAP
 
     program = load_reference(DATA / "convt_kernel_reference.py")
     with program.rebound(channels=64, side=32):  # many input channels: flops outgrow elements
-        affordable, limit = footprint_filter(program, DEVICE_ELEMENT_CAP)
-        refused = [k for k in range(200, 400, 10) if not affordable("kernel_size", k)]
+        footprint = FootprintLimit(program, DEVICE_ELEMENT_CAP)
+        refused = [k for k in range(200, 400, 10) if not footprint.admits("kernel_size", k)]
         assert refused, "some kernel size must cost too much"
         first = program.footprint(kernel_size=refused[0])
-    assert first is not None and first.flops > limit.flops >= FOOTPRINT_FACTOR
-    assert first.elements <= limit.elements  # only the flop limit refused it
+    assert first is not None and first.flops > footprint.limit.flops >= FOOTPRINT_FACTOR
+    assert first.elements <= footprint.limit.elements  # only the flop limit refused it
+    assert "flops" in footprint.refused[f"kernel_size={refused[0]}"]
+
+
+def test_footprint_measuring_time_is_bounded() -> None:
+    """Measuring is bounded: a measurement past the time is cut off and refused, and after
+    the time only sizes up to the reference's are admitted, unmeasured."""
+    from kernelgate.formats.kernelbench import load_reference
+    from kernelgate.inputs.footprint import FootprintLimit
+    from kernelgate.inputs.shapes import CPU_ELEMENT_CAP
+
+    program = load_reference(DATA / "slow_footprint_reference.py")
+    started = time.monotonic()
+    footprint = FootprintLimit(program, CPU_ELEMENT_CAP, seconds=1.0)
+    assert not footprint.admits("steps", 100_000)  # would take minutes on the meta device
+    assert "not measured within" in footprint.refused["steps=100000"]
+    assert footprint.admits("steps", 1) and not footprint.admits("steps", 9)
+    assert "after the measuring time" in footprint.refused["steps=9"]
+    assert time.monotonic() - started < 10

@@ -18,15 +18,14 @@ import torch
 from kernelgate.domain import SUB_DOMAIN, describe_dim, refusal_counterexample, run_or_refusal
 from kernelgate.gates.base import Case, Gate, GateContext, GateKind, GateResult, Status
 from kernelgate.gates.outputs import structure_findings
+from kernelgate.inputs.footprint import FootprintLimit
 from kernelgate.inputs.shapes import (
     CPU_ELEMENT_CAP,
     DEVICE_ELEMENT_CAP,
-    FOOTPRINT_FACTOR,
     LARGE_FACTOR,
     MAX_CASES,
     ShapePoint,
     choose,
-    footprint_filter,
     input_elements,
     sub_dim,
 )
@@ -52,9 +51,9 @@ class ShapesGate(Gate):
                 "reference, so other shapes cannot be built from it"
             )
         cap = CPU_ELEMENT_CAP if ctx.session.device == "cpu" else DEVICE_ELEMENT_CAP
-        self._affordable, footprint_limit = footprint_filter(program, cap)
+        self._footprint = FootprintLimit(program, cap)
         points, pools = choose(
-            ctx.contract, rebindable, ctx.case_seed(self.id, -1), cap, self._affordable
+            ctx.contract, rebindable, ctx.case_seed(self.id, -1), cap, self._footprint.admits
         )
         self._ctx, self._results, self._first_failure = ctx, [], None
         self._worst, self._model, self._params = 0.0, "", {}
@@ -88,11 +87,7 @@ class ShapesGate(Gate):
             if ctx.session.device == "cpu"
             else "device",
             "large_factor": LARGE_FACTOR,
-            "footprint_limit": {
-                "elements": footprint_limit.elements,
-                "flops": footprint_limit.flops,
-            },
-            "footprint_factor": FOOTPRINT_FACTOR,
+            **self._footprint.evidence(),
             "max_cases": MAX_CASES,
             "shapes": self._results,
             "pools": pools,
@@ -236,13 +231,16 @@ class ShapesGate(Gate):
                 reverse=True,
             )
             top = max((v for pool in pools.get(name, {}).values() for v in pool), default=0)
-            for value in candidates:
-                if (
-                    value <= max(top, dim.reference)
-                    and value != dim.reference
-                    and (narrowed.admits(value) and (name, value) not in tested)
-                    and self._affordable(name, value)
-                ):
-                    fresh.append(ShapePoint(name, value, "confirm"))
-                    break
+            eligible = [
+                value
+                for value in candidates
+                if value <= max(top, dim.reference)
+                and value != dim.reference
+                and (narrowed.admits(value) and (name, value) not in tested)
+            ]
+            # the largest affordable one, measured upwards: above the reference, the first
+            # refused size refuses every larger one unmeasured (``FootprintLimit``)
+            affordable = [v for v in sorted(eligible) if self._footprint.admits(name, v)]
+            if affordable:
+                fresh.append(ShapePoint(name, max(affordable), "confirm"))
         return fresh

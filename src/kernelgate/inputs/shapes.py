@@ -13,36 +13,24 @@ tried for a dim come from named families:
   ``LARGE_FACTOR`` times the reference size, so one run stays affordable).
 
 A dim that sizes no input tensor (``kernel_size``, ``out_features``) grows the weights,
-outputs and work instead, which the input cap cannot see; so every value must also keep the
-reference's footprint (``ReferenceProgram.footprint``, measured on the meta device) within
-``FOOTPRINT_FACTOR`` times that of the reference case: its elements (parameters, buffers,
-inputs, outputs; at least the cap's) and its flops (at least ``FLOPS_PER_CAPPED_ELEMENT``
-per element of the cap). The float64 oracle pays for both: a 3-D transposed convolution at
-``kernel_size=33`` held only 4x the reference's elements but needed 1300x its flops.
-
-Only values the ``Dim`` admits are used (min/max/multiple_of/varies). One dim moves at a time,
-the others stay at their reference sizes, so a failure names the dim that caused it. The
-subset is chosen deterministically from the seed and bounded by ``MAX_CASES``.
+outputs and work instead, which the input cap cannot see: ``choose`` also asks an
+``affordable`` check (``inputs.footprint``) of every value it is about to use.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kernelgate.contract.spec import Contract, Dim, TensorSpec
-from kernelgate.formats.kernelbench import Footprint, ReferenceProgram
 
 MAX_CASES = 8  # shapes per CMP-03 run (before the confirmation cases of a narrowing)
 CPU_ELEMENT_CAP = 1 << 16  # total input elements per case under the Triton interpreter
 DEVICE_ELEMENT_CAP = 1 << 24  # total input elements per case on a GPU
 LARGE_FACTOR = 16  # "large" is at most this many times the reference size (or LARGE_FLOOR)
 LARGE_FLOOR = 4096
-FOOTPRINT_FACTOR = 4  # a shape holds and computes at most this many times the reference case
-FLOPS_PER_CAPPED_ELEMENT = 1024  # the flop limit's floor, per element of the cap
 BLOCKS = tuple(1 << k for k in range(4, 11))  # 16 .. 1024
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 97, 251, 509, 997, 1021, 2039, 4093)
 FAMILIES = ("min", "block", "large", "prime", "npot")
@@ -76,26 +64,6 @@ def input_elements(contract: Contract, sizes: dict[str, int]) -> int:
 
 
 Affordable = Callable[[str, int], bool]
-
-
-def footprint_filter(program: ReferenceProgram, cap: int) -> tuple[Affordable, Footprint]:
-    """Whether the reference at ``dim = value`` fits the footprint limit, and that limit.
-
-    A value whose footprint cannot be measured (the model cannot be built on the meta
-    device) is admitted, as before this check; the input cap still bounds it.
-    """
-    reference = program.footprint() or Footprint(0, 0)
-    limit = Footprint(
-        FOOTPRINT_FACTOR * max(cap, reference.elements),
-        FOOTPRINT_FACTOR * max(cap * FLOPS_PER_CAPPED_ELEMENT, reference.flops),
-    )
-
-    @functools.cache
-    def affordable(dim: str, value: int) -> bool:
-        held = program.footprint(**{dim: value})
-        return held is None or (held.elements <= limit.elements and held.flops <= limit.flops)
-
-    return affordable, limit
 
 
 def _round_down(value: int, multiple: int) -> int:
@@ -133,9 +101,10 @@ def choose(
     """A seeded, bounded set of shape points over ``dims``, and every dim's candidate pools.
 
     Each dim gets an equal share of ``MAX_CASES`` (at least one); families are visited in
-    turn (min, block, large, prime, npot) so every share covers the edge cases first. Only
-    values within the input cap and, given ``affordable`` (``footprint_filter``), within
-    the footprint limit enter the pools.
+    turn (min, block, large, prime, npot) so every share covers the edge cases first. The
+    pools hold the values within the input cap; a drawn value that ``affordable`` refuses
+    (``FootprintLimit.admits``; asked only of drawn values, since measuring costs time) is
+    passed over.
     """
     rng = random.Random(seed)
     order = list(dims)
@@ -156,12 +125,7 @@ def choose(
         # Every value must fit the budget by its exact element count: a dim used twice in one
         # input (B, T, T) grows the inputs faster than the linear ``fits`` estimate.
         pool = {
-            name: [
-                v
-                for v in values
-                if input_elements(contract, {dim.name: v}) <= budget
-                and (affordable is None or affordable(dim.name, v))
-            ]
+            name: [v for v in values if input_elements(contract, {dim.name: v}) <= budget]
             for name, values in pool.items()
         }
         pools[dim.name] = pool
@@ -171,7 +135,9 @@ def choose(
             for name in FAMILIES:
                 if shuffled[name] and len(chosen) < quota:
                     value = shuffled[name].pop()
-                    if all(p.value != value for p in chosen):
+                    if all(p.value != value for p in chosen) and (
+                        affordable is None or affordable(dim.name, value)
+                    ):
                         chosen.append(ShapePoint(dim.name, value, name))
         points.extend(chosen)
     return points[:MAX_CASES], pools

@@ -1,0 +1,128 @@
+"""Which held-out sizes CMP-03 can afford, measured on the meta device before anything runs.
+
+The input cap (``inputs.shapes``) bounds what a size puts into the inputs. A size that shapes
+no input tensor (``kernel_size``, ``out_features``, ``num_layers``) grows the weights, the
+outputs and the work instead, and the float64 oracle pays for all three: on the H200 a
+confirmation at ``kernel_size=4096`` in a batch-128 transposed convolution thrashed the host,
+and ``kernel_size=33`` in a 3-D one held only 4x the reference's elements but needed 1300x
+its flops. So a size is admitted only while the reference's ``Footprint`` there (elements of
+parameters, buffers, inputs and outputs, and ``FlopCounterMode``'s flops) stays within
+``FOOTPRINT_FACTOR`` times that of the reference case (or of the cap, where larger).
+
+Measuring is not free either: the meta device runs a recurrent network step by step in
+Python (12 s for a 6-layer GRU over 512 steps), so sizes are measured lazily, only those a
+gate is about to use, within ``FOOTPRINT_SECONDS`` per gate run. Above the reference, cost
+is taken to grow with the size: once a size is refused, larger ones are refused unmeasured,
+and once the time is spent, only sizes up to the reference's are admitted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from kernelgate.formats.kernelbench import Footprint, ReferenceProgram
+
+FOOTPRINT_FACTOR = 4  # a size holds and computes at most this many times the reference case
+FLOPS_PER_CAPPED_ELEMENT = 1024  # the flop limit's floor, per element of the cap
+FOOTPRINT_SECONDS = 30.0  # meta-device measuring per gate run
+
+
+class _Expired(BaseException):
+    """Raised into a measurement that ran out of time; a BaseException, so that the
+    reference's own ``except Exception`` (and ``footprint``'s) cannot swallow it."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise ``_Expired`` in the block after ``seconds``: in the main thread only, where
+    signals arrive; elsewhere the block runs without a limit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _Expired
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class FootprintLimit:
+    """``admits(dim, value)``: whether the reference can afford ``dim = value``."""
+
+    def __init__(
+        self, program: ReferenceProgram, cap: int, seconds: float = FOOTPRINT_SECONDS
+    ) -> None:
+        self.program = program
+        self.deadline = time.monotonic() + seconds
+        self.reference_sizes = program.sizes
+        measured = self._measure({})
+        reference = measured if isinstance(measured, Footprint) else Footprint(0, 0)
+        self.reference = reference
+        self.limit = Footprint(
+            FOOTPRINT_FACTOR * max(cap, reference.elements),
+            FOOTPRINT_FACTOR * max(cap * FLOPS_PER_CAPPED_ELEMENT, reference.flops),
+        )
+        self.refused: dict[str, str] = {}  # "dim=value" -> why
+        self._admitted: dict[tuple[str, int], bool] = {}
+        self._refused_from: dict[str, int] = {}  # per dim, the smallest refused size above ref
+
+    def admits(self, dim: str, value: int) -> bool:
+        key = (dim, value)
+        if key not in self._admitted:
+            why = self._why_refused(dim, value)
+            self._admitted[key] = why is None
+            if why is not None:
+                self.refused[f"{dim}={value}"] = why
+                if value > self.reference_sizes.get(dim, value):
+                    self._refused_from[dim] = min(self._refused_from.get(dim, value), value)
+        return self._admitted[key]
+
+    def _why_refused(self, dim: str, value: int) -> str | None:
+        reference_value = self.reference_sizes.get(dim, value)
+        above = value > reference_value
+        smallest_refused = self._refused_from.get(dim)
+        if above and smallest_refused is not None and value >= smallest_refused:
+            return f"larger than the refused {dim}={smallest_refused}"
+        if time.monotonic() >= self.deadline:
+            if not above:
+                return None
+            return f"above the reference's {reference_value} after the measuring time"
+        held = self._measure({dim: value})
+        if held is _EXPIRED:
+            return f"not measured within {FOOTPRINT_SECONDS:g} s on the meta device"
+        if held is None:  # the model cannot be built on the meta device: the input cap bounds it
+            return None
+        if held.elements > self.limit.elements:
+            return f"{held.elements:.3g} elements > {self.limit.elements:.3g}"
+        if held.flops > self.limit.flops:
+            return f"{held.flops:.3g} flops > {self.limit.flops:.3g}"
+        return None
+
+    def _measure(self, sizes: dict[str, int]) -> Any:
+        """The footprint at ``sizes``, None (not measurable) or ``_EXPIRED``."""
+        try:
+            with _time_limit(self.deadline - time.monotonic()):
+                return self.program.footprint(**sizes)
+        except _Expired:
+            return _EXPIRED
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "footprint_limit": {"elements": self.limit.elements, "flops": self.limit.flops},
+            "footprint_factor": FOOTPRINT_FACTOR,
+            "footprint_refused": dict(self.refused),
+        }
+
+
+_EXPIRED = object()
