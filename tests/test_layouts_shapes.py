@@ -196,7 +196,10 @@ def test_cmp03_keeps_sizes_that_shape_no_input_within_the_footprint_limit() -> N
     assert tried and gate.evidence["confirmations"]
     assert all(footprint.admits("kernel_size", v) for v in tried)
     assert max(tried) < max(gate.evidence["pools"]["kernel_size"]["block"])  # 129 refused
-    assert gate.evidence["footprint_refused"]
+    refused = gate.evidence["footprint_refused"]
+    assert refused and all(size.startswith("kernel_size=") for size in refused)
+    inputs_left_to_the_cap = FootprintLimit(program, CPU_ELEMENT_CAP, frozenset({"batch"}))
+    assert inputs_left_to_the_cap.admits("batch", 1 << 30)  # the input cap bounds it
     assert gate.evidence["sub_domain"]["dims"]["kernel_size"]["varies"] is False
 
 

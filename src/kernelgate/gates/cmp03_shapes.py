@@ -27,6 +27,7 @@ from kernelgate.inputs.shapes import (
     ShapePoint,
     choose,
     input_elements,
+    sizes_an_input,
     sub_dim,
 )
 
@@ -51,7 +52,11 @@ class ShapesGate(Gate):
                 "reference, so other shapes cannot be built from it"
             )
         cap = CPU_ELEMENT_CAP if ctx.session.device == "cpu" else DEVICE_ELEMENT_CAP
-        self._footprint = FootprintLimit(program, cap)
+        self._footprint = FootprintLimit(
+            program,
+            cap,
+            frozenset(d.name for d in rebindable if sizes_an_input(ctx.contract, d.name)),
+        )
         points, pools = choose(
             ctx.contract, rebindable, ctx.case_seed(self.id, -1), cap, self._footprint.admits
         )

@@ -1,8 +1,9 @@
 """Which held-out sizes CMP-03 can afford, measured on the meta device before anything runs.
 
-The input cap (``inputs.shapes``) bounds what a size puts into the inputs. A size that shapes
-no input tensor (``kernel_size``, ``out_features``, ``num_layers``) grows the weights, the
-outputs and the work instead, and the float64 oracle pays for all three: on the H200 a
+The input cap (``inputs.shapes``) bounds what a size puts into the inputs, and it alone
+bounds the sizes that shape an input. A size that shapes no input tensor (``kernel_size``,
+``out_features``, ``num_layers``) grows the weights, the outputs and the work instead, and
+the float64 oracle pays for all three: on the H200 a
 confirmation at ``kernel_size=4096`` in a batch-128 transposed convolution thrashed the host,
 and ``kernel_size=33`` in a 3-D one held only 4x the reference's elements but needed 1300x
 its flops. So a size is admitted only while the reference's ``Footprint`` there (elements of
@@ -58,26 +59,49 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
 
 class FootprintLimit:
-    """``admits(dim, value)``: whether the reference can afford ``dim = value``."""
+    """``admits(dim, value)``: whether the reference can afford ``dim = value``; sizes in
+    ``input_dims`` are left to the input cap."""
 
     def __init__(
-        self, program: ReferenceProgram, cap: int, seconds: float = FOOTPRINT_SECONDS
+        self,
+        program: ReferenceProgram,
+        cap: int,
+        input_dims: frozenset[str] = frozenset(),
+        seconds: float = FOOTPRINT_SECONDS,
     ) -> None:
-        self.program = program
-        self.deadline = time.monotonic() + seconds
+        self.program, self.cap, self.input_dims, self.seconds = program, cap, input_dims, seconds
         self.reference_sizes = program.sizes
-        measured = self._measure({})
-        reference = measured if isinstance(measured, Footprint) else Footprint(0, 0)
-        self.reference = reference
-        self.limit = Footprint(
-            FOOTPRINT_FACTOR * max(cap, reference.elements),
-            FOOTPRINT_FACTOR * max(cap * FLOPS_PER_CAPPED_ELEMENT, reference.flops),
-        )
         self.refused: dict[str, str] = {}  # "dim=value" -> why
         self._admitted: dict[tuple[str, int], bool] = {}
         self._refused_from: dict[str, int] = {}  # per dim, the smallest refused size above ref
+        self._limit: Footprint | None = None
+
+    def _start(self) -> Footprint:
+        """The limit, from the reference case measured when first needed (it costs time)."""
+        if self._limit is None:
+            self.deadline = time.monotonic() + self.seconds
+            measured = self._measure({})
+            reference = measured if isinstance(measured, Footprint) else Footprint(0, 0)
+            self._reference = reference
+            self._limit = Footprint(
+                FOOTPRINT_FACTOR * max(self.cap, reference.elements),
+                FOOTPRINT_FACTOR * max(self.cap * FLOPS_PER_CAPPED_ELEMENT, reference.flops),
+            )
+        return self._limit
+
+    @property
+    def limit(self) -> Footprint:
+        return self._start()
+
+    @property
+    def reference(self) -> Footprint:
+        self._start()
+        return self._reference
 
     def admits(self, dim: str, value: int) -> bool:
+        if dim in self.input_dims:  # the input cap bounds it
+            return True
+        self._start()
         key = (dim, value)
         if key not in self._admitted:
             why = self._why_refused(dim, value)
@@ -118,8 +142,9 @@ class FootprintLimit:
             return _EXPIRED
 
     def evidence(self) -> dict[str, Any]:
+        limit = self._limit  # None: no size that shapes no input was asked about
         return {
-            "footprint_limit": {"elements": self.limit.elements, "flops": self.limit.flops},
+            "footprint_limit": limit and {"elements": limit.elements, "flops": limit.flops},
             "footprint_factor": FOOTPRINT_FACTOR,
             "footprint_refused": dict(self.refused),
         }

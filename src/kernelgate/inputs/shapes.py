@@ -14,7 +14,7 @@ tried for a dim come from named families:
 
 A dim that sizes no input tensor (``kernel_size``, ``out_features``) grows the weights,
 outputs and work instead, which the input cap cannot see: ``choose`` also asks an
-``affordable`` check (``inputs.footprint``) of every value it is about to use.
+``affordable`` check (``inputs.footprint``) of every value it is about to use for one.
 """
 
 from __future__ import annotations
@@ -64,6 +64,11 @@ def input_elements(contract: Contract, sizes: dict[str, int]) -> int:
 
 
 Affordable = Callable[[str, int], bool]
+
+
+def sizes_an_input(contract: Contract, name: str) -> bool:
+    """Whether dim ``name`` sizes some input tensor (so the input cap bounds it)."""
+    return input_elements(contract, {name: 2}) != input_elements(contract, {name: 1})
 
 
 def _round_down(value: int, multiple: int) -> int:
