@@ -14,7 +14,8 @@ Measuring is not free either: the meta device runs a recurrent network step by s
 Python (12 s for a 6-layer GRU over 512 steps), so sizes are measured lazily, only those a
 gate is about to use, within ``FOOTPRINT_SECONDS`` per gate run. Above the reference, cost
 is taken to grow with the size: once a size is refused, larger ones are refused unmeasured,
-and once the time is spent, only sizes up to the reference's are admitted.
+and once the time is spent (or where the model cannot be built on the meta device), only
+sizes up to the reference's are admitted.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ FOOTPRINT_SECONDS = 30.0  # meta-device measuring per gate run
 class _Expired(BaseException):
     """Raised into a measurement that ran out of time; a BaseException, so that the
     reference's own ``except Exception`` (and ``footprint``'s) cannot swallow it."""
+
+
+_EXPIRED = object()  # what ``FootprintLimit._measure`` returns for a measurement cut off
 
 
 @contextlib.contextmanager
@@ -124,9 +128,9 @@ class FootprintLimit:
             return f"above the reference's {reference_value} after the measuring time"
         held = self._measure({dim: value})
         if held is _EXPIRED:
-            return f"not measured within {FOOTPRINT_SECONDS:g} s on the meta device"
-        if held is None:  # the model cannot be built on the meta device: the input cap bounds it
-            return None
+            return f"not measured within {self.seconds:g} s on the meta device"
+        if held is None:  # the model cannot be built on the meta device
+            return "not measurable on the meta device" if above else None
         if held.elements > self.limit.elements:
             return f"{held.elements:.3g} elements > {self.limit.elements:.3g}"
         if held.flops > self.limit.flops:
@@ -148,6 +152,3 @@ class FootprintLimit:
             "footprint_factor": FOOTPRINT_FACTOR,
             "footprint_refused": dict(self.refused),
         }
-
-
-_EXPIRED = object()
