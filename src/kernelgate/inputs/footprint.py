@@ -78,7 +78,9 @@ class FootprintLimit:
         self.refused: dict[str, str] = {}  # "dim=value" -> why
         self._admitted: dict[tuple[str, int], bool] = {}
         self._refused_from: dict[str, int] = {}  # per dim, the smallest refused size above ref
-        self._limit: Footprint | None = None
+        self._limit: Footprint | None = None  # these three are set when first needed
+        self._reference = Footprint(0, 0)
+        self.deadline = 0.0
 
     def _start(self) -> Footprint:
         """The limit, from the reference case measured when first needed (it costs time)."""

@@ -12,6 +12,10 @@ tried for a dim come from named families:
 - ``large``: the largest admitted size whose inputs fit the element cap (bounded by
   ``LARGE_FACTOR`` times the reference size, so one run stays affordable).
 
+Only values the ``Dim`` admits are used (min/max/multiple_of/varies). One dim moves at a time,
+the others stay at their reference sizes, so a failure names the dim that caused it. The
+subset is chosen deterministically from the seed and bounded by ``MAX_CASES``.
+
 A dim that sizes no input tensor (``kernel_size``, ``out_features``) grows the weights,
 outputs and work instead, which the input cap cannot see: ``choose`` also asks an
 ``affordable`` check (``inputs.footprint``) of every value it is about to use for one.
