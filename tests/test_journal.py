@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelgate.audit.judge import behaviour_of, code_digest
 from kernelgate.gates import GATE_IDS
 from kernelgate.gates.base import GateKind, GateResult, Incident, Status
 from kernelgate.journal import GateJournal, journal_key
@@ -97,3 +98,18 @@ def test_the_journal_ends_before_a_gate_that_ran_out_of_device_memory(tmp_path: 
     assert list(gates) == ["CMP-01", "CMP-02"] == resumed.resumed
     assert incidents == [hung] and halted == "candidate hung in CMP-02 (case 0)"
     assert len((tmp_path / "gates.jsonl").read_text().splitlines()) == 3  # header + two
+
+
+def test_the_code_digest_ignores_docstrings_and_comments_but_not_code() -> None:
+    """Editing a docstring must not throw away journaled device work; a code edit must."""
+    original = b'"""Module."""\n\ndef f(x):\n    """Why."""\n    return x + 1  # note\n'
+    reworded = (
+        b'"""Module, reworded."""\n\n\ndef f(x):\n    """Why, at length."""\n\n    return x + 1\n'
+    )
+    undocumented = b"def f(x):\n    return x + 1\n"
+    changed = b'"""Module."""\n\ndef f(x):\n    """Why."""\n    return x + 2  # note\n'
+    assert behaviour_of(original) == behaviour_of(reworded) == behaviour_of(undocumented)
+    assert behaviour_of(original) != behaviour_of(changed)
+    only_a_docstring = b'class C:\n    """Doc."""\n'
+    assert behaviour_of(only_a_docstring) == behaviour_of(b"class C:\n    pass\n")
+    assert len(code_digest()) == 12

@@ -16,6 +16,7 @@ being judged, the old check's result and the journal of finished gates (``old_ch
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -59,20 +60,47 @@ class AuditOptions:
         return RECORD_LIMIT_BASE + RECORD_LIMIT_PER_TIMEOUT * self.timeout
 
 
+def behaviour_of(source: bytes) -> bytes:
+    """A module's syntax tree without docstrings, comments or layout.
+
+    Those change nothing a judge decides, so editing them keeps the gate journals (and the
+    results) of an audit resumed across sessions; any change to the code itself does not.
+    A docstring read at run time (typer's ``--help`` text) changes no verdict either.
+    """
+    tree = ast.parse(source)
+    documented = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+    for node in ast.walk(tree):
+        if isinstance(node, documented) and node.body and is_docstring(node.body[0]):
+            node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
+
+
+def is_docstring(statement: ast.stmt) -> bool:
+    """Whether ``statement`` is a bare string literal (a docstring, in first place)."""
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
 @functools.cache
 def code_digest() -> str:
-    """SHA-256 (first 12 hex digits) of this kernelgate's own source files.
+    """SHA-256 (first 12 hex digits) of what this kernelgate's own source files do.
 
-    Recorded on every row: an audit resumed across sessions can be judged by code that
-    changed in between, and the report says which rows which code judged (the device's
-    copy of the tree has no git history to ask). Computed once a process.
+    Recorded on every row and in every gate journal's key: an audit resumed across sessions
+    can be judged by code that changed in between, and the report says which rows which code
+    judged (the device's copy of the tree has no git history to ask). Docstrings and
+    comments are left out (``behaviour_of``): until stop 15 any docstring edit discarded
+    device work already journaled. Computed once a process.
     """
     import kernelgate
 
     root = Path(kernelgate.__file__).resolve().parent
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+        name = str(path.relative_to(root)).encode()
+        digest.update(name + b"\0" + behaviour_of(path.read_bytes()))
     return digest.hexdigest()[:12]
 
 
