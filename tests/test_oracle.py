@@ -214,7 +214,7 @@ def test_a_reference_that_is_not_a_function_of_its_inputs_is_refused(
         oracle.expected([torch.randn(4, 8)])
 
 
-@pytest.mark.parametrize("where", [0, 5, 999])
+@pytest.mark.parametrize("where", [0, 500, 999])  # first, a middle and the partial last chunk
 def test_the_repeat_comparison_sees_a_difference_in_any_chunk(where: int) -> None:
     """Chunked so that a 1 G-element output fits beside other judges; a chunk boundary must
     not hide a difference (last chunk partial here: 1,000 elements in chunks of 64)."""
