@@ -1,4 +1,11 @@
-"""EXC-01: NaN and +-Inf travel from inputs to outputs exactly as the fp64 oracle says."""
+"""EXC-01: NaN and +-Inf travel from inputs to outputs exactly as the fp64 oracle says.
+
+Trials come in two densities (``inputs.specials``): scattered specials (about 1% of each
+input, and whole rows) reach every code path; sparse ones (exactly one per tensor, exactly
+one per row, each kind on its own) keep a single Inf from meeting another of the opposite
+sign in a dot product or a reduction, where ``inf - inf`` would make the oracle's answer NaN
+and hide what the kernel does with an Inf (a log-sum-exp whose max is +Inf, say).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,7 @@ import torch
 from kernelgate.contract.spec import TensorSpec, ValueDomain
 from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult
 from kernelgate.gates.outputs import structure_findings
-from kernelgate.inputs.specials import inject
+from kernelgate.inputs.specials import Density, inject
 from kernelgate.oracle.compare import (
     MAX_POSITIONS,
     ValueClass,
@@ -19,8 +26,24 @@ from kernelgate.oracle.compare import (
     value_classes,
 )
 
-# (special kind, whole-row) per trial: scattered single kinds, then whole rows.
-TRIALS = [("nan", False), ("+inf", False), ("-inf", False), ("mixed", True), ("nan", True)]
+# (special kind, density) per trial: scattered single kinds, whole rows, then one special of
+# each kind per tensor and per row.
+TRIALS: list[tuple[str, Density]] = [
+    ("nan", Density.SCATTERED),
+    ("+inf", Density.SCATTERED),
+    ("-inf", Density.SCATTERED),
+    ("mixed", Density.WHOLE_ROW),
+    ("nan", Density.WHOLE_ROW),
+    *(
+        (kind, density)
+        for density in (Density.ONE_PER_TENSOR, Density.ONE_PER_ROW)
+        for kind in ("nan", "+inf", "-inf")
+    ),
+]
+
+
+def trial_label(kind: str, density: Density) -> str:
+    return f"inject={kind}" + ("" if density is Density.SCATTERED else f" {density.value}")
 
 
 class NonFiniteGate(Gate):
@@ -35,11 +58,11 @@ class NonFiniteGate(Gate):
         if not targets:
             return self.skipped("no floating-point input admits NaN or Inf under the contract")
         judged = excluded = consulted = 0
-        for index, (kind, whole_row) in enumerate(TRIALS):
+        for index, (kind, density) in enumerate(TRIALS):
             seed = ctx.case_seed(self.id, index)
-            case = ctx.drawn_case(f"inject={kind}{' whole-row' if whole_row else ''}", seed)
+            case = ctx.drawn_case(trial_label(kind, density), seed)
             case.values = [
-                inject(v, kind, seed + 7919 * i, whole_row=whole_row) if i in targets else v
+                inject(v, kind, seed + 7919 * i, density) if i in targets else v
                 for i, v in enumerate(case.values)
             ]
             run = ctx.run(self.id, case)
@@ -82,7 +105,7 @@ class NonFiniteGate(Gate):
                 "judged_positions": judged,
                 "excluded_honest_disagreement": excluded,
                 "second_implementation_consulted": consulted,
-                "trials": [f"{k}{' whole-row' if w else ''}" for k, w in TRIALS],
+                "trials": [trial_label(k, d).removeprefix("inject=") for k, d in TRIALS],
             },
         )
 

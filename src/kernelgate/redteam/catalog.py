@@ -246,6 +246,13 @@ DEFECTS: tuple[Entry, ...] = (
         "x * scale + 0.0 (a fused bias add left over): -0.0 comes back as +0.0",
         ("EXC-02",),
     ),
+    # issue 17, item 2: sparse special values
+    _d(
+        "unguarded_logsumexp",
+        "linear_logsumexp",
+        "log-sum-exp subtracts an infinite row max: NaN where torch.logsumexp gives +Inf",
+        ("EXC-01",),
+    ),
 )
 
 CONTROLS: tuple[Entry, ...] = (
@@ -272,6 +279,8 @@ CONTROLS: tuple[Entry, ...] = (
     _c("torch_matmul", "matmul"),
     _c("torch_cross_entropy", "cross_entropy"),
     _c("torch_row_sum", "row_sum"),
+    # issue 17, item 2: sparse special values
+    _c("linear_logsumexp", "linear_logsumexp"),
 )
 
 
