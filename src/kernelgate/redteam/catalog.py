@@ -246,6 +246,21 @@ DEFECTS: tuple[Entry, ...] = (
         "x * scale + 0.0 (a fused bias add left over): -0.0 comes back as +0.0",
         ("EXC-02",),
     ),
+    # issue 17, item 3: outputs reused across calls
+    _d(
+        "static_output_buffer",
+        "vector_add",
+        "writes each answer into one output buffer per shape and returns that buffer every call",
+        ("ORD-02",),
+    ),
+    _d(
+        "cuda_graph_static_output",
+        "softmax",
+        "replays a captured CUDA graph and returns its static output buffer on every call",
+        ("ORD-02",),
+        "CPU mode has no CUDA graphs: torch.cuda.CUDAGraph needs a CUDA device to capture and "
+        "replay",
+    ),
 )
 
 CONTROLS: tuple[Entry, ...] = (
@@ -272,6 +287,8 @@ CONTROLS: tuple[Entry, ...] = (
     _c("torch_matmul", "matmul"),
     _c("torch_cross_entropy", "cross_entropy"),
     _c("torch_row_sum", "row_sum"),
+    # issue 17, item 3: outputs reused across calls
+    _c("workspace_reused", "softmax"),
 )
 
 
