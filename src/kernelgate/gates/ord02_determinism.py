@@ -150,8 +150,8 @@ class DeterminismGate(Gate):
                     finding |= {"changed_call": earlier, "after_call": call}
                 return self.failed(
                     ctx,
-                    f"output {k} of call {earlier} changed after call {call}: the candidate "
-                    "returns storage it reuses",
+                    f"output {k} of call {earlier} changed after call {call}: the candidate reuses "
+                    "storage it returned",
                     run,
                     findings,
                     evidence,

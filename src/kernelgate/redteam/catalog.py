@@ -261,6 +261,12 @@ DEFECTS: tuple[Entry, ...] = (
         "CPU mode has no CUDA graphs: torch.cuda.CUDAGraph needs a CUDA device to capture and "
         "replay",
     ),
+    _d(
+        "previous_output_as_workspace",
+        "softmax",
+        "writes row statistics into the output it returned on the previous call (as scratch)",
+        ("ORD-02",),
+    ),
 )
 
 CONTROLS: tuple[Entry, ...] = (
