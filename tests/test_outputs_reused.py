@@ -206,3 +206,21 @@ def test_ord02_rejects_a_replayed_cuda_graphs_static_output() -> None:
     assert "shares storage" in gate.reason
     assert gate.counterexample.findings[0]["kept_call"] == 0
     assert verdict.gate("RES-01").status is Status.PASS, verdict.gate("RES-01").reason
+
+
+@pytest.mark.gpu
+def test_gpu_outputs_reused_red_team_and_control() -> None:
+    """On the device, through every gate: the three reuse defects rejected by ORD-02 (the
+    CUDA graph one exists only there), the workspace control verified."""
+    from kernelgate.redteam.runner import CAUGHT, PASSED, calibrate
+
+    names = [
+        "static_output_buffer",
+        "cuda_graph_static_output",
+        "previous_output_as_workspace",
+        "workspace_reused",
+    ]
+    cal = calibrate("cuda", names, jobs=1)
+    outcomes = {r.name: (r.outcome, r.failure_reasons, r.detail) for r in cal.results}
+    assert all(r.outcome == CAUGHT for r in cal.defects), outcomes
+    assert [r.outcome for r in cal.controls] == [PASSED], outcomes
