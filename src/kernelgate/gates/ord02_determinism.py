@@ -1,13 +1,28 @@
-"""ORD-02: bitwise identical outputs across repeats, new addresses and interleaved inputs."""
+"""ORD-02: bitwise identical outputs across repeats, new addresses and interleaved inputs;
+earlier outputs left as they were returned."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import contextlib
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import torch
 
-from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult, Run
+from kernelgate.gates.base import (
+    Case,
+    Gate,
+    GateAborted,
+    GateContext,
+    GateKind,
+    GateResult,
+    Incident,
+    Run,
+)
 from kernelgate.oracle.compare import bitwise_mismatches, first_output_difference
+from kernelgate.oracle.fp64 import flatten_outputs
+from kernelgate.sandbox.session import ExecutionIncident
+from kernelgate.sandbox.wire import WireTensor
 
 # Which case each call runs, how many bytes the worker holds first (to move addresses), and
 # whether the inputs go into the previous call's storages (the same addresses, new data: a
@@ -19,6 +34,17 @@ SEQUENCE = [
     ("A", 65536 + 64, False),
     ("B", 1 << 20, False),
 ]
+
+# Calls whose outputs the worker keeps alive to the end of the gate, as a caller holding its
+# results would: the first call of each input. None is followed by a call whose inputs go into
+# its input storages, so an output that is a view of its own input is never changed by the
+# judge itself. Two outputs held at once bound the memory this costs.
+KEPT_CALLS = tuple(
+    call
+    for call, (name, _, _) in enumerate(SEQUENCE)
+    if [n for n, _, _ in SEQUENCE].index(name) == call
+    and not (call + 1 < len(SEQUENCE) and SEQUENCE[call + 1][2])
+)
 
 
 class DeterminismGate(Gate):
@@ -32,33 +58,121 @@ class DeterminismGate(Gate):
             for i, name in enumerate("AB")
         }
         first: dict[str, Run] = {}
-        for call, (name, hold, reuse) in enumerate(SEQUENCE):
-            run = ctx.run(self.id, cases[name], hold_bytes=hold, reuse_inputs=reuse)
-            if name not in first:
-                first[name] = run
-                continue
-            labels = ("first_call", f"call_{call}")
-            difference = first_output_difference(first[name].outputs, run.outputs, labels)
-            if difference is not None:
-                k, findings = difference
-                return self.failed(
-                    ctx,
-                    f"output {k} differs bitwise between two calls on {cases[name].label}",
-                    run,
-                    findings,
-                    {"sequence": [n for n, _, _ in SEQUENCE]},
-                )
+        kept: dict[int, Run] = {}
+        try:
+            for call, (name, hold, reuse) in enumerate(SEQUENCE):
+                with self._keeping(ctx, call):
+                    run = ctx.run(self.id, cases[name], hold_bytes=hold, reuse_inputs=reuse)
+                reused = self._reused_outputs(ctx, call, run, kept)
+                if reused is not None:
+                    return reused
+                if call in KEPT_CALLS:
+                    kept[call] = run
+                if name not in first:
+                    first[name] = run
+                    continue
+                labels = ("first_call", f"call_{call}")
+                difference = first_output_difference(first[name].outputs, run.outputs, labels)
+                if difference is not None:
+                    k, findings = difference
+                    return self.failed(
+                        ctx,
+                        f"output {k} differs bitwise between two calls on {cases[name].label}",
+                        run,
+                        findings,
+                        {"sequence": [n for n, _, _ in SEQUENCE]},
+                    )
+        finally:
+            self._release_kept(ctx, cases["A"])
         stale = self._stale(ctx, cases["A"], cases["B"], first["A"], first["B"])
         if stale is not None:
             return stale
         return self.passed(
-            f"{len(SEQUENCE)} calls (repeats at new addresses, interleaved inputs) bitwise stable",
+            f"{len(SEQUENCE)} calls (repeats at new addresses, interleaved inputs) bitwise "
+            "stable; earlier outputs unchanged by later calls, no storage returned twice",
             {
                 "sequence": [n for n, _, _ in SEQUENCE],
                 "hold_bytes": [h for _, h, _ in SEQUENCE],
                 "at_previous_addresses": [r for _, _, r in SEQUENCE],
+                "kept_calls": list(KEPT_CALLS),
+                "kept_reread_after": list(range(KEPT_CALLS[0] + 1, len(SEQUENCE))),
             },
         )
+
+    # -- outputs reused across calls ------------------------------------------------------
+    @staticmethod
+    @contextlib.contextmanager
+    def _keeping(ctx: GateContext, call: int) -> Iterator[None]:
+        """The worker keeps this call's outputs alive, as a caller holding them would."""
+        if call not in KEPT_CALLS:
+            yield
+            return
+        with ctx.session.keeping_outputs(f"call {call}"):
+            yield
+
+    def _reused_outputs(
+        self, ctx: GateContext, call: int, run: Run, kept: dict[int, Run]
+    ) -> GateResult | None:
+        """A result the caller still holds must stay as it was returned.
+
+        A candidate that returns storage it keeps (a replayed CUDA graph's static output, an
+        output buffer allocated once) changes the caller's earlier result with its next
+        call, though each answer is right as it is returned. Two signs, both judged from
+        what the worker's own code reads: a later output whose storage overlaps a kept
+        output's (reuse even where the bytes happen to agree), and a kept output whose bytes
+        are no longer those it was returned with.
+        """
+        if not kept:
+            return None
+        evidence = {"sequence": [n for n, _, _ in SEQUENCE], "kept_calls": sorted(kept)}
+        shared = _shared_storages(call, run, kept)
+        if shared:
+            f = shared[0]
+            return self.failed(
+                ctx,
+                f"output {f['output']} of call {call} shares storage with output "
+                f"{f['kept_output']} of call {f['kept_call']}, which the caller still holds: "
+                "the candidate returns storage it reuses",
+                run,
+                shared,
+                evidence,
+            )
+        names = {earlier: f"call {earlier}" for earlier in kept}
+        now = self._kept_now(ctx, run.case, list(names.values()))
+        for earlier, held in kept.items():
+            current = flatten_outputs(now[names[earlier]])
+            current = [o.view() if isinstance(o, WireTensor) else o for o in current]
+            labels = (f"returned_by_call_{earlier}", f"after_call_{call}")
+            changed = _changed(held.outputs, current, labels)
+            if changed is not None:
+                k, findings = changed
+                for finding in findings:
+                    finding |= {"changed_call": earlier, "after_call": call}
+                return self.failed(
+                    ctx,
+                    f"output {k} of call {earlier} changed after call {call}: the candidate reuses "
+                    "storage it returned",
+                    run,
+                    findings,
+                    evidence,
+                )
+        return None
+
+    def _kept_now(self, ctx: GateContext, case: Case, names: list[str]) -> dict[str, Any]:
+        """The kept outputs as they are now; misbehaviour aborts the gate (RES-01)."""
+        try:
+            return ctx.session.kept_outputs(names)
+        except ExecutionIncident as incident:
+            _record(ctx, self.id, case, incident)
+            raise GateAborted(str(incident)) from None
+
+    def _release_kept(self, ctx: GateContext, case: Case) -> None:
+        """Let the kept outputs go, however the gate ended. A misbehaving worker is an
+        incident for RES-01; the gate's own result stands."""
+        try:
+            ctx.session.release_kept()
+        except ExecutionIncident as incident:
+            _record(ctx, self.id, case, incident)
 
     def _stale(self, ctx: GateContext, case_a, case_b, run_a: Run, run_b: Run) -> GateResult | None:
         """Different inputs whose oracle outputs differ must not give identical outputs."""
@@ -76,3 +190,65 @@ class DeterminismGate(Gate):
                     [{"output": k, "problem": "stale answer", "identical_to": case_a.label}],
                 )
         return None
+
+
+def _shared_storages(call: int, run: Run, kept: dict[int, Run]) -> list[dict[str, Any]]:
+    """Outputs of ``run`` whose storage overlaps that of a kept earlier output.
+
+    Kept outputs are alive in the worker, so no allocator can hand out their memory again:
+    an overlap is storage the candidate itself handed out twice.
+    """
+    findings = []
+    for k, out in enumerate(run.raw_outputs):
+        if not isinstance(out, WireTensor) or out.nbytes == 0:
+            continue
+        for earlier, held_run in kept.items():
+            for m, held in enumerate(held_run.raw_outputs):
+                if not isinstance(held, WireTensor) or held.nbytes == 0:
+                    continue
+                if out.address < held.address + held.nbytes and held.address < (
+                    out.address + out.nbytes
+                ):
+                    findings.append(
+                        {
+                            "problem": "storage returned again while the caller holds it",
+                            "output": k,
+                            "call": call,
+                            "storage": {"address": hex(out.address), "nbytes": out.nbytes},
+                            "kept_call": earlier,
+                            "kept_output": m,
+                            "kept_storage": {"address": hex(held.address), "nbytes": held.nbytes},
+                        }
+                    )
+    return findings
+
+
+def _changed(
+    then: list[Any], now: list[Any], labels: tuple[str, str]
+) -> tuple[int, list[dict[str, Any]]] | None:
+    """The first output whose kind, shape, dtype or bytes differ between ``then`` and
+    ``now``, with its findings (positions and both values where only bytes differ)."""
+    if len(then) != len(now):
+        return 0, [{"problem": f"{len(then)} outputs returned, {len(now)} held now"}]
+    for k, (a, b) in enumerate(zip(then, now)):
+        if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+            return k, [{"output": k, "problem": "kind changed"}]
+        if not isinstance(a, torch.Tensor) and a != b and not (a != a and b != b):
+            return k, [{"output": k, "problem": "value changed", labels[0]: a, labels[1]: b}]
+    return first_output_difference(then, now, labels)
+
+
+def _record(ctx: GateContext, gate_id: str, case: Case, incident: ExecutionIncident) -> None:
+    """An incident in a worker operation of this gate, recorded as ``GateContext.run`` does."""
+    ctx.incidents.append(
+        Incident(
+            gate_id,
+            case.label,
+            case.seed,
+            incident.kind,
+            incident.detail,
+            incident.log_tail[-2000:],
+        )
+    )
+    if incident.kind == "timeout":
+        ctx.halted = f"worker hung in {gate_id} ({case.label})"

@@ -253,6 +253,27 @@ DEFECTS: tuple[Entry, ...] = (
         "log-sum-exp subtracts an infinite row max: NaN where torch.logsumexp gives +Inf",
         ("EXC-01",),
     ),
+    # issue 17, item 3: outputs reused across calls
+    _d(
+        "static_output_buffer",
+        "vector_add",
+        "writes each answer into one output buffer per shape and returns that buffer every call",
+        ("ORD-02",),
+    ),
+    _d(
+        "cuda_graph_static_output",
+        "softmax",
+        "replays a captured CUDA graph and returns its static output buffer on every call",
+        ("ORD-02",),
+        "CPU mode has no CUDA graphs: torch.cuda.CUDAGraph needs a CUDA device to capture and "
+        "replay",
+    ),
+    _d(
+        "previous_output_as_workspace",
+        "softmax",
+        "writes row statistics into the output it returned on the previous call (as scratch)",
+        ("ORD-02",),
+    ),
 )
 
 CONTROLS: tuple[Entry, ...] = (
@@ -281,6 +302,8 @@ CONTROLS: tuple[Entry, ...] = (
     _c("torch_row_sum", "row_sum"),
     # issue 17, item 2: sparse special values
     _c("linear_logsumexp", "linear_logsumexp"),
+    # issue 17, item 3: outputs reused across calls
+    _c("workspace_reused", "softmax"),
 )
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ class WorkerSession:
     _log: Any = field(default=None, repr=False)
     _built_for: str | None = field(default=None, repr=False)  # see ``use_init``
     _loaded: bool = field(default=False, repr=False)  # the live worker holds the candidate
+    _keep_as: str | None = field(default=None, repr=False)  # see ``keeping_outputs``
 
     # -- life cycle -----------------------------------------------------------------------
     def spawn(self) -> None:
@@ -228,6 +230,8 @@ class WorkerSession:
             "reuse_inputs": reuse_inputs,
             "side_effects": side_effects,
         }
+        if self._keep_as is not None:
+            header["keep_as"] = self._keep_as
         self.calls += 1
         started = time.monotonic()
         reply, reply_blobs = self._exchange(header, blobs, self.timeout)
@@ -249,6 +253,48 @@ class WorkerSession:
         if isinstance(kernels, list):
             self.kernels.extend(k for k in kernels if isinstance(k, dict))
         return CallResult(outputs, after, allocations, seconds)
+
+    # -- outputs kept across calls (ORD-02) -----------------------------------------------
+    @contextlib.contextmanager
+    def keeping_outputs(self, name: str) -> Iterator[None]:
+        """Calls made inside keep their outputs alive in the worker under ``name``.
+
+        The worker holds references to them, so an honest candidate's allocator cannot give
+        their memory to a later call; ``kept_outputs`` reads them back, ``release_kept``
+        lets them go. A candidate that writes a later answer into storage it returned before
+        changes a kept output, or returns storage that overlaps one.
+        """
+        self._keep_as = name
+        try:
+            yield
+        finally:
+            self._keep_as = None
+
+    def kept_outputs(self, names: list[str], *, release: bool = False) -> dict[str, Any]:
+        """The kept outputs ``names`` as they are now (decoded as ``call``'s outputs are:
+        ``WireTensor``s with their storages' addresses); ``release`` then lets all kept
+        outputs go. Misbehaviour is an ``ExecutionIncident``, as for ``call``."""
+        if not self.alive:
+            raise ExecutionIncident("protocol", "the worker holding the kept outputs is gone")
+        header = {"op": "kept", "names": list(names), "release": release}
+        reply, reply_blobs = self._exchange(header, [], self.timeout)
+        if not reply.get("ok"):
+            kind = "device-fault" if reply.get("device_fault") else "exception"
+            raise ExecutionIncident(kind, str(reply.get("error")), str(reply.get("traceback", "")))
+        try:
+            kept = reply["kept"]
+            if not isinstance(kept, dict) or sorted(kept) != sorted(names):
+                raise wire.WireError(f"asked for kept outputs {names}, got {list(kept)}")
+            return {name: wire.decode_value(kept[name], reply_blobs) for name in names}
+        except (wire.WireError, KeyError, TypeError, ValueError) as exc:
+            self._kill_current()
+            raise ExecutionIncident("protocol", f"malformed reply from worker: {exc}") from None
+
+    def release_kept(self) -> None:
+        """Let every kept output go (nothing to do when the worker is gone: they went with
+        it); an ``ExecutionIncident`` if the worker misbehaves."""
+        if self.alive:
+            self.kept_outputs([], release=True)
 
     def _exchange(
         self, header: dict[str, Any], blobs: list[bytes], timeout: float

@@ -35,6 +35,9 @@ _send, _recv = wire.send_frame, wire.recv_frame
 
 CANDIDATE_MODULE = "kernelgate_candidate"
 FLOOD_BYTES = 256 * 1024 * 1024
+# Calls whose outputs the worker keeps alive at once (``keep_as``): ORD-02 keeps two. A bound
+# on device memory held for the judge, whatever the judge asks.
+MAX_KEPT = 4
 
 
 class Worker:
@@ -50,6 +53,9 @@ class Worker:
         self.candidate_path = ""
         self.compiler: CompileServer | None = None  # RES-02 offline compiles (CPU mode)
         self.model_cls: Any = None
+        # ORD-02: outputs of earlier calls, held so that an honest candidate's allocator can
+        # never hand their memory to a later call (``call`` with ``keep_as``; ``kept``)
+        self.kept: dict[str, Any] = {}
 
     def serve(self) -> None:
         while True:
@@ -66,6 +72,7 @@ class Worker:
                 "call": self.call,
                 "construct": self.construct,
                 "resources": self.resources,
+                "kept": self.kept_outputs,
             }.get(op)
             if handler is None:
                 _send(self.fd_out, {"ok": False, "error": f"unknown op {op!r}"})
@@ -179,6 +186,10 @@ class Worker:
         ]
 
     def call(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        keep_as = header.get("keep_as")
+        if keep_as is not None and not _may_keep(keep_as, self.kept):
+            _send(self.fd_out, {"ok": False, "phase": "keep", "error": f"cannot keep {keep_as!r}"})
+            return
         try:
             hold = int(header.get("hold_bytes", 0))
             self.held = torch.empty(hold, dtype=torch.uint8, device=self.device) if hold else None
@@ -219,7 +230,40 @@ class Worker:
             self._fail("encode", exc)
             return
         self.allocator.allocations = []
+        if keep_as is not None:  # the value as returned: what the caller holds
+            self.kept[keep_as] = outputs
         _send(self.fd_out, reply, out_blobs)
+
+    def kept_outputs(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        """The current bytes of kept outputs (``names``), then forget all when ``release``.
+
+        Encoded like a call's outputs (whole storages and their addresses), after the device
+        is synchronised: whatever the candidate did to them since, the judge sees.
+        """
+        out_blobs: list[bytes] = []
+        try:
+            names = header.get("names", [])
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise ValueError("names must be a list of strings")
+            missing = [n for n in names if n not in self.kept]
+            if missing:
+                raise KeyError(f"no outputs kept as {missing}")
+            if self.device.type == "cuda":
+                _synchronize(self.device)
+            encoded = {name: _encode_value(self.kept[name], out_blobs) for name in names}
+        except BaseException as exc:
+            if header.get("release"):
+                self.kept = {}
+            self._fail("kept", exc)
+            return
+        if header.get("release"):
+            self.kept = {}
+        _send(self.fd_out, {"ok": True, "kept": encoded}, out_blobs)
+
+
+def _may_keep(name: Any, kept: dict[str, Any]) -> bool:
+    """Whether a call's outputs may be kept as ``name`` (at most ``MAX_KEPT`` at once)."""
+    return isinstance(name, str) and (name in kept or len(kept) < MAX_KEPT)
 
 
 def _reuse(previous: list[torch.Tensor], fresh: list[torch.Tensor]) -> list[torch.Tensor]:
