@@ -310,27 +310,47 @@ class OpenSigns:
     sign_open: torch.Tensor  # bool: the class is fixed, either sign is honest
     class_open: torch.Tensor  # bool: the class itself follows from an open zero
 
+
+@dataclass
+class _Folding:
+    """One output's masks, folded in one run at a time: only one run's outputs are alive at
+    once (a float64 copy of a KernelBench-sized output is gigabytes)."""
+
+    dtype: torch.dtype
+    want_nan: torch.Tensor
+    classes: torch.Tensor
+    signs: torch.Tensor
+    class_open: torch.Tensor
+    sign_differs: torch.Tensor
+
     @classmethod
-    def of(
-        cls,
-        want: torch.Tensor,
-        variants: list[torch.Tensor],
-        tainted: torch.Tensor | None,
-        dtype: torch.dtype,
-    ) -> OpenSigns:
-        """From the oracle ``want``, its uniform ``variants`` and the ``tainted`` run."""
-        classes, signs = float_classes(want, dtype), sign_bits(want, dtype)
-        class_open = torch.zeros(classes.shape, dtype=torch.bool)
-        sign_differs = torch.zeros(classes.shape, dtype=torch.bool)
-        for variant in variants:
-            class_open |= float_classes(variant, dtype) != classes
-            sign_differs |= sign_bits(variant, dtype) != signs
-        if tainted is not None:
-            reached = torch.isnan(tainted.detach().cpu()) & ~torch.isnan(want.detach().cpu())
-            signed_by_a_zero = (classes == FloatClass.ZERO) | (classes == FloatClass.INF)
-            sign_differs |= reached & signed_by_a_zero
-        sign_open = sign_differs & ~class_open & (classes != FloatClass.NAN)
-        return cls(sign_open=sign_open, class_open=class_open)
+    def start(cls, want: torch.Tensor, dtype: torch.dtype) -> _Folding:
+        classes = float_classes(want, dtype)
+        nothing = torch.zeros(classes.shape, dtype=torch.bool)
+        return cls(
+            dtype=dtype,
+            want_nan=torch.isnan(want.detach().cpu()),
+            classes=classes,
+            signs=sign_bits(want, dtype),
+            class_open=nothing,
+            sign_differs=nothing.clone(),
+        )
+
+    def variant(self, values: torch.Tensor) -> None:
+        """A uniform variant: where its class or its sign differs from the oracle's."""
+        self.class_open |= float_classes(values, self.dtype) != self.classes
+        self.sign_differs |= sign_bits(values, self.dtype) != self.signs
+
+    def taint(self, values: torch.Tensor) -> None:
+        """The taint run: an open zero reaches where it is NaN and the oracle is not; the
+        sign of a zero or an infinity there may be that zero's."""
+        reached = torch.isnan(values.detach().cpu()) & ~self.want_nan
+        signed_by_a_zero = (self.classes == FloatClass.ZERO) | (self.classes == FloatClass.INF)
+        self.sign_differs |= reached & signed_by_a_zero
+
+    def result(self) -> OpenSigns:
+        sign_open = self.sign_differs & ~self.class_open & (self.classes != FloatClass.NAN)
+        return OpenSigns(sign_open=sign_open, class_open=self.class_open)
 
 
 def open_signs(
@@ -343,16 +363,25 @@ def open_signs(
     plus, opened = with_open_zeros(run, 0.0)
     if not opened:
         return [None] * len(expected)
-    minus, _ = with_open_zeros(run, -0.0)
+    folds = [
+        _Folding.start(want, dtype)
+        if isinstance(want, torch.Tensor) and dtype is not None and dtype.is_floating_point
+        else None
+        for want, dtype in zip(expected, dtypes, strict=True)
+    ]
+
+    def fold(outputs: list[Any], how: Callable[[_Folding, torch.Tensor], None]) -> None:
+        for folding, values in zip(folds, outputs, strict=True):
+            if folding is not None:
+                how(folding, values)
+
+    fold(plus, _Folding.variant)
+    del plus
+    fold(with_open_zeros(run, -0.0)[0], _Folding.variant)
     try:
-        tainted: list[Any] | None = with_open_zeros(run, math.nan)[0]
+        tainted = with_open_zeros(run, math.nan)[0]
     except RuntimeError:  # an op that refuses NaN: the uniform variants are what is left
         tainted = None
-    result: list[OpenSigns | None] = []
-    for k, (want, dtype) in enumerate(zip(expected, dtypes, strict=True)):
-        if not (isinstance(want, torch.Tensor) and dtype is not None and dtype.is_floating_point):
-            result.append(None)
-            continue
-        taint = tainted[k] if tainted is not None else None
-        result.append(OpenSigns.of(want, [plus[k], minus[k]], taint, dtype))
-    return result
+    if tainted is not None:
+        fold(tainted, _Folding.taint)
+    return [None if folding is None else folding.result() for folding in folds]
