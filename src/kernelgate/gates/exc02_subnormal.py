@@ -319,15 +319,15 @@ class SubnormalGate(Gate):
             "output_position": list(pos),
             "expected_class": FloatClass(int(float_classes(rounded[pos], dtype))).name,
             "actual_class": FloatClass(int(float_classes(got[pos], dtype))).name,
-            "expected_sign": "either"
-            if either_sign
-            else "-"
-            if bool(torch.signbit(rounded[pos]))
-            else "+",
-            "actual_sign": "-" if bool(torch.signbit(got[pos])) else "+",
+            "expected_sign": "either" if either_sign else _sign(rounded[pos]),
+            "actual_sign": _sign(got[pos]),
             "expected": scalar(rounded[pos]),
             "actual": scalar(got[pos]),
         }
+
+
+def _sign(value: torch.Tensor) -> str:
+    return "-" if bool(torch.signbit(value)) else "+"
 
 
 def _judged(
