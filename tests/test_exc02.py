@@ -20,6 +20,8 @@ from kernelgate.gates.exc02_subnormal import (
     subnormal_values,
 )
 from kernelgate.oracle.error_models import SAFETY, admissible_error
+from kernelgate.redteam.catalog import entries
+from kernelgate.redteam.runner import CAUGHT, PASSED, calibrate
 
 from .conftest import DATA, SOFTMAX
 
@@ -157,3 +159,57 @@ def test_admissible_error_of_each_model() -> None:
         "order", {}, ref, torch.float32, {"n": native}, magnitude=ref.abs() + 10.0, n=64
     )
     assert (order > 0).all() and order[2] > 0  # the magnitude of the terms, not |ref|
+
+
+# -- zeros whose sign the reference leaves open (oracle/zero_sign.py) -------------------------
+
+OPEN_SIGN_CONTROLS = ["relu_mul_add_cuda_relu", "short_row_max"]
+FIXED_SIGN_DEFECTS = ["relu_bias_zero_sign", "row_max_plus_zero", "signed_zero_lost"]
+
+
+@pytest.mark.parametrize("name", OPEN_SIGN_CONTROLS)
+def test_a_zero_sign_the_reference_leaves_open_is_accepted_either_way(name: str) -> None:
+    """CUDA's relu(-0.0) = +0.0 (the CPU's is -0.0), IEEE's maximum(-0, +0) = +0 (the CPU's
+    amax keeps the first zero): main rejected both kernels in CPU mode."""
+    (entry,) = entries([name])
+    gate = _exc02(entry.reference_path, entry.candidate_path)
+    assert gate.status is Status.PASS, gate.reason
+    assert gate.evidence["sign_open_positions"] > 0
+    assert gate.evidence["open_zero_signs_consulted"] > 0
+    assert gate.evidence["excluded_honest_disagreement"] == 0
+
+
+@pytest.mark.parametrize("name", FIXED_SIGN_DEFECTS)
+def test_a_zero_sign_ieee_fixes_is_still_judged(name: str) -> None:
+    (entry,) = entries([name])
+    gate = _exc02(entry.reference_path, entry.candidate_path)
+    assert gate.status is Status.FAIL
+    for finding in gate.counterexample.findings:
+        assert finding["expected_class"] == finding["actual_class"] == "ZERO"
+        assert (finding["expected_sign"], finding["actual_sign"]) == ("-", "+")
+
+
+def test_a_class_is_still_judged_where_the_sign_is_open() -> None:
+    """flush_subnormals (relu reference): relu(-0.0) is open, its flushed subnormals are not."""
+    (entry,) = entries(["flush_subnormals"])
+    gate = _exc02(entry.reference_path, entry.candidate_path)
+    assert gate.status is Status.FAIL
+    classes = {(f["expected_class"], f["actual_class"]) for f in gate.counterexample.findings}
+    assert ("SUBNORMAL", "ZERO") in classes
+
+
+@pytest.mark.gpu
+def test_open_zero_signs_on_the_device() -> None:
+    """On CUDA the float64 oracle takes CUDA's relu (+0.0 for -0.0), so there the CPU-convention
+    twin is the kernel whose open signs must be accepted; every control of item 5 is verified
+    through all twelve gates and every defect rejected by EXC-02."""
+    (cpu_relu,) = entries(["relu_mul_add_cpu_relu"])
+    gate = _exc02(cpu_relu.reference_path, cpu_relu.candidate_path, device="cuda")
+    assert gate.status is Status.PASS, gate.reason
+    assert gate.evidence["sign_open_positions"] > 0
+    names = [*OPEN_SIGN_CONTROLS, "relu_mul_add_cpu_relu", *FIXED_SIGN_DEFECTS, "flush_subnormals"]
+    cal = calibrate("cuda", names, jobs=1)
+    missed = {r.name: (r.outcome, r.rejected_by) for r in cal.defects if r.outcome != CAUGHT}
+    assert not missed, missed
+    rejected = {r.name: (r.verdict, r.failure_reasons) for r in cal.controls if r.outcome != PASSED}
+    assert not rejected, rejected

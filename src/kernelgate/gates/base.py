@@ -348,6 +348,17 @@ class GateContext:
             )
         return runs
 
+    def open_zero_signs(self, case: Case) -> list[Any]:
+        """Per output of ``case``, where the reference leaves the sign of a zero open (an
+        ``OpenSigns``, or None: ``oracle/zero_sign.py``), for the exact class gates; up to
+        three float64 evaluations, once per case, so a gate asks only where it could matter."""
+        self.admit(case)
+        dtypes = [o.dtype if isinstance(o, torch.Tensor) else None for o in self.native(case)]
+        oracle, expected = self.oracle_for(case), self.expected(case)
+        return self._cached(
+            case, "open-zero-signs", lambda: oracle.open_zero_signs(case.values, expected, dtypes)
+        )
+
     def has_second_implementation(self, case: Case, kind: str) -> bool:
         """Whether ``kind`` adds a run to ``native-eager`` for ``case`` (without running it)."""
         return bool(self.oracle_for(case).second_implementations(case.values, kind))

@@ -12,13 +12,17 @@ compares, position by position, the IEEE class (zero / subnormal / normal / inf 
 the sign bit of each output with the fp64 oracle rounded to the output dtype. Tolerance-free.
 Under the contract's flush policy ``flush-allowed`` an expected subnormal may come back as
 a zero of the same sign; ``preserve`` demands the exact class.
+
+Where the reference itself leaves a zero's sign open (a selection among +0 and -0:
+relu(-0.0) is -0.0 on the CPU and +0.0 on CUDA; ``oracle/zero_sign.py``), either sign is
+accepted at every position that sign reaches, and the class is still judged; a position
+whose very class follows from such a sign is not judged.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from enum import IntEnum
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
@@ -26,7 +30,15 @@ import torch
 from kernelgate.contract.spec import FlushPolicy
 from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult
 from kernelgate.gates.outputs import structure_findings
-from kernelgate.oracle.compare import MAX_POSITIONS, first_positions, scalar
+from kernelgate.oracle.compare import (
+    MAX_POSITIONS,
+    FloatClass,
+    first_positions,
+    float_classes,
+    scalar,
+    sign_bits,
+)
+from kernelgate.oracle.zero_sign import OpenSigns
 
 # (case name, probabilities of subnormal, near-smallest-normal, signed zero, normal)
 CASES: list[tuple[str, tuple[float, float, float, float]]] = [
@@ -36,37 +48,6 @@ CASES: list[tuple[str, tuple[float, float, float, float]]] = [
     ("near-smallest-normal", (0.1, 0.6, 0.1, 0.2)),
 ]
 NEAR_TINY_ULPS = 4  # "near the smallest normal": within this many ulps on either side
-
-
-class FloatClass(IntEnum):
-    """The classes EXC-02 compares (finer than EXC-01's: zero and subnormal are split out)."""
-
-    ZERO = 0
-    SUBNORMAL = 1
-    NORMAL = 2
-    INF = 3
-    NAN = 4
-
-
-def float_classes(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Per-element ``FloatClass`` (int8) of ``values`` rounded to ``dtype``.
-
-    Rounding first matters: a float64 oracle value can be normal in float64 and subnormal
-    (or zero) once rounded to the output dtype, which is the value an honest kernel stores.
-    """
-    t = values.detach().cpu().to(dtype)
-    magnitude = t.abs()
-    classes = torch.full(t.shape, FloatClass.NORMAL, dtype=torch.int8)
-    classes[magnitude < torch.finfo(dtype).tiny] = FloatClass.SUBNORMAL
-    classes[t == 0] = FloatClass.ZERO
-    classes[torch.isinf(t)] = FloatClass.INF
-    classes[torch.isnan(t)] = FloatClass.NAN
-    return classes
-
-
-def sign_bits(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Sign bit of each element after rounding to ``dtype`` (``-0.0`` has it set)."""
-    return torch.signbit(values.detach().cpu().to(dtype))
 
 
 @dataclass(frozen=True)
@@ -84,6 +65,7 @@ class ExpectedClasses:
     nan: torch.Tensor  # classes == NAN: no sign to keep
     underflow: torch.Tensor  # a non-zero exact result that rounds to zero
     subnormal: torch.Tensor  # classes == SUBNORMAL
+    sign_open: torch.Tensor | None = None  # the reference leaves the sign open (zero_sign)
 
     @classmethod
     def of(cls, want: torch.Tensor, dtype: torch.dtype) -> ExpectedClasses:
@@ -97,10 +79,17 @@ class ExpectedClasses:
             subnormal=classes == FloatClass.SUBNORMAL,
         )
 
+    def with_open_signs(self, open_signs: OpenSigns) -> ExpectedClasses:
+        """The same expectation, accepting either sign where ``open_signs`` says the reference
+        leaves it open (the class is still judged there)."""
+        return replace(self, sign_open=open_signs.sign_open)
+
     def accepted(self, got: torch.Tensor, flush: FlushPolicy) -> torch.Tensor:
         """Where ``got`` keeps the expected class and sign under ``flush`` (see ``accepted``)."""
         got_cls = float_classes(got, self.dtype)
         same_sign = (self.signs == sign_bits(got, self.dtype)) | self.nan
+        if self.sign_open is not None:
+            same_sign |= self.sign_open
         ok = (self.classes == got_cls) & same_sign
         # A non-zero exact result that underflows to zero: the zero's sign depends on whether
         # the hardware fuses multiply and add (an unfused dot rounds each tiny product to +-0
@@ -209,6 +198,7 @@ class SubnormalGate(Gate):
             return self.skipped("no floating-point input to feed subnormals or signed zeros")
         flush = ctx.contract.postcondition.flush
         judged = excluded = undetermined = consulted = 0
+        sign_open = class_open = open_consulted = 0
         per_case: dict[str, dict[str, int]] = {}
         for index, (name, mix) in enumerate(CASES):
             seed = ctx.case_seed(self.id, index)
@@ -227,6 +217,7 @@ class SubnormalGate(Gate):
                     ctx, "output structure differs from the reference", run, structure
                 )
             case_judged = case_excluded = case_undetermined = 0
+            case_sign_open = case_class_open = 0
             for k, (want, got) in enumerate(zip(expected, run.outputs)):
                 if not isinstance(want, torch.Tensor) or not got.is_floating_point():
                     continue
@@ -234,8 +225,23 @@ class SubnormalGate(Gate):
                 wanted = ExpectedClasses.of(want, dtype)  # once for the candidate and runs
                 got_accepted = wanted.accepted(got, flush)
                 determined = class_determined(want, ctx.admissible(case, k, dtype), dtype)
+                case_undetermined += determined.numel() - int(determined.count_nonzero())
+                # Where the candidate or the native run differs from the oracle, ask whether
+                # the reference fixes those signs at all (three float64 runs at most, once per
+                # case): either sign is accepted where it does not, and a class that follows
+                # from an open sign is not judged.
+                first_look = _judged(
+                    determined, wanted, got_accepted, {"native": ctx.native(case)}, k=k, flush=flush
+                )
+                if first_look[1].any() or not torch.equal(first_look[0], determined):
+                    open_signs = ctx.open_zero_signs(case)[k]
+                    open_consulted += 1
+                    if open_signs is not None:
+                        case_class_open += int((determined & open_signs.class_open).sum())
+                        determined = determined & ~open_signs.class_open
+                        wanted = wanted.with_open_signs(open_signs)
+                        got_accepted = wanted.accepted(got, flush)
                 n_determined = int(determined.count_nonzero())
-                case_undetermined += determined.numel() - n_determined
                 judge = functools.partial(
                     _judged, determined, wanted, got_accepted, k=k, flush=flush
                 )
@@ -243,12 +249,14 @@ class SubnormalGate(Gate):
                 consulted += asked
                 n_agree = int(agree.count_nonzero())
                 case_judged += n_agree
+                if wanted.sign_open is not None:
+                    case_sign_open += int((agree & wanted.sign_open).count_nonzero())
                 # _judged's agree is determined & (...), so determined & ~agree counts this
                 case_excluded += n_determined - n_agree
                 if bad.any():
                     n_bad = int(bad.count_nonzero())
                     findings = [
-                        self._finding(k, pos, want, got, dtype)
+                        self._finding(k, pos, want, got, wanted)
                         for pos in first_positions(bad)[:MAX_POSITIONS]
                     ]
                     return self.failed(
@@ -263,15 +271,21 @@ class SubnormalGate(Gate):
                             "judged_positions": judged + case_judged,
                             "excluded_honest_disagreement": excluded + case_excluded,
                             "undetermined_positions": undetermined + case_undetermined,
+                            "sign_open_positions": sign_open + case_sign_open,
+                            "class_open_positions": class_open + case_class_open,
                         },
                     )
             judged += case_judged
             excluded += case_excluded
             undetermined += case_undetermined
+            sign_open += case_sign_open
+            class_open += case_class_open
             per_case[name] = {
                 "judged": case_judged,
                 "excluded": case_excluded,
                 "undetermined": case_undetermined,
+                "sign_open": case_sign_open,
+                "class_open": case_class_open,
             }
         return self.passed(
             f"class and sign equal the oracle's at {judged} positions over {len(CASES)} "
@@ -282,6 +296,12 @@ class SubnormalGate(Gate):
                 "excluded_honest_disagreement": excluded,
                 # class or sign within the contract's admissible error of a boundary
                 "undetermined_positions": undetermined,
+                # judged positions whose sign the reference leaves open (either accepted)
+                "sign_open_positions": sign_open,
+                # positions whose class follows from an open sign (not judged)
+                "class_open_positions": class_open,
+                # outputs of cases for which the open zero signs were computed
+                "open_zero_signs_consulted": open_consulted,
                 "second_implementation_consulted": consulted,
                 "cases": per_case,
             },
@@ -289,19 +309,25 @@ class SubnormalGate(Gate):
 
     @staticmethod
     def _finding(
-        k: int, pos: tuple[int, ...], want: torch.Tensor, got: torch.Tensor, dtype: torch.dtype
+        k: int, pos: tuple[int, ...], want: torch.Tensor, got: torch.Tensor, wanted: ExpectedClasses
     ) -> dict[str, Any]:
+        dtype = wanted.dtype
         rounded = want.to(dtype)
+        either_sign = wanted.sign_open is not None and bool(wanted.sign_open[pos])
         return {
             "output": k,
             "output_position": list(pos),
             "expected_class": FloatClass(int(float_classes(rounded[pos], dtype))).name,
             "actual_class": FloatClass(int(float_classes(got[pos], dtype))).name,
-            "expected_sign": "-" if bool(torch.signbit(rounded[pos])) else "+",
-            "actual_sign": "-" if bool(torch.signbit(got[pos])) else "+",
+            "expected_sign": "either" if either_sign else _sign(rounded[pos]),
+            "actual_sign": _sign(got[pos]),
             "expected": scalar(rounded[pos]),
             "actual": scalar(got[pos]),
         }
+
+
+def _sign(value: torch.Tensor) -> str:
+    return "-" if bool(torch.signbit(value)) else "+"
 
 
 def _judged(

@@ -23,6 +23,37 @@ class ValueClass(IntEnum):
     NEG_INF = 3
 
 
+class FloatClass(IntEnum):
+    """The classes EXC-02 compares (finer than EXC-01's: zero and subnormal are split out)."""
+
+    ZERO = 0
+    SUBNORMAL = 1
+    NORMAL = 2
+    INF = 3
+    NAN = 4
+
+
+def float_classes(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Per-element ``FloatClass`` (int8) of ``values`` rounded to ``dtype``.
+
+    Rounding first matters: a float64 oracle value can be normal in float64 and subnormal
+    (or zero) once rounded to the output dtype, which is the value an honest kernel stores.
+    """
+    t = values.detach().cpu().to(dtype)
+    magnitude = t.abs()
+    classes = torch.full(t.shape, FloatClass.NORMAL, dtype=torch.int8)
+    classes[magnitude < torch.finfo(dtype).tiny] = FloatClass.SUBNORMAL
+    classes[t == 0] = FloatClass.ZERO
+    classes[torch.isinf(t)] = FloatClass.INF
+    classes[torch.isnan(t)] = FloatClass.NAN
+    return classes
+
+
+def sign_bits(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Sign bit of each element after rounding to ``dtype`` (``-0.0`` has it set)."""
+    return torch.signbit(values.detach().cpu().to(dtype))
+
+
 def value_classes(tensor: torch.Tensor) -> torch.Tensor:
     """Per-element ``ValueClass`` codes (int8, on the tensor's device); integers are FINITE."""
     classes = torch.zeros(tensor.shape, dtype=torch.int8, device=tensor.device)

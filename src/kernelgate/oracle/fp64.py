@@ -26,6 +26,7 @@ import torch
 from kernelgate.errors import ReferenceError_
 from kernelgate.formats.kernelbench import ReferenceProgram
 from kernelgate.oracle.compare import ValueClass, value_classes
+from kernelgate.oracle.zero_sign import OpenSigns, open_signs
 
 
 def flatten_outputs(value: Any) -> list[Any]:
@@ -143,6 +144,23 @@ class Oracle:
                 )
 
     @torch.no_grad()
+    def open_zero_signs(
+        self, inputs: list[Any], expected: list[Any], dtypes: list[torch.dtype | None]
+    ) -> list[OpenSigns | None]:
+        """Per output, where the reference leaves the sign of a zero open, and where the
+        class follows from such a sign (``zero_sign``); ``expected`` is ``expected(inputs)``
+        and ``dtypes`` the outputs' own dtypes. Up to three more float64 evaluations."""
+
+        def run() -> list[Any]:
+            values = cast_values(inputs, torch.float64, self.device)
+            if any(v is i for v, i in zip(values, inputs)):  # float64 inputs: the reference
+                values = copy.deepcopy(values)  # may write into them, and runs three times
+            outputs = flatten_outputs(self.model64(*values))
+            return [cast_values(o, None, torch.device("cpu")) for o in outputs]
+
+        return open_signs(run, expected, dtypes)
+
+    @torch.no_grad()
     def native(self, inputs: list[Any]) -> list[Any]:
         """The reference eagerly in the inputs' own dtypes on the oracle's device."""
         outputs = self.model_native(*cast_values(inputs, None, self.device))
@@ -225,6 +243,12 @@ class SizedOracle(Oracle):
     def native(self, inputs: list[Any]) -> list[Any]:
         with self.program.rebound(**self.sizes):
             return super().native(inputs)
+
+    def open_zero_signs(
+        self, inputs: list[Any], expected: list[Any], dtypes: list[torch.dtype | None]
+    ) -> list[OpenSigns | None]:
+        with self.program.rebound(**self.sizes):
+            return super().open_zero_signs(inputs, expected, dtypes)
 
     def on_cpu(self, inputs: list[Any], dtype: torch.dtype) -> list[Any]:
         with self.program.rebound(**self.sizes):

@@ -274,6 +274,21 @@ DEFECTS: tuple[Entry, ...] = (
         "writes row statistics into the output it returned on the previous call (as scratch)",
         ("ORD-02",),
     ),
+    # issue 17, item 5: signed zeros whose sign is not defined
+    _d(
+        "relu_bias_zero_sign",
+        "relu_mul_add",
+        "relu(a) * b + c + 0.0: the -0.0 results IEEE fixes (not those of relu(-0.0)) come "
+        "back as +0.0",
+        ("EXC-02",),
+    ),
+    _d(
+        "row_max_plus_zero",
+        "short_row_max",
+        "max(row) + 0.0: a row max of -0.0 with no +0.0 in the row (a sign IEEE fixes) comes "
+        "back as +0.0",
+        ("EXC-02",),
+    ),
 )
 
 CONTROLS: tuple[Entry, ...] = (
@@ -304,6 +319,10 @@ CONTROLS: tuple[Entry, ...] = (
     _c("linear_logsumexp", "linear_logsumexp"),
     # issue 17, item 3: outputs reused across calls
     _c("workspace_reused", "softmax"),
+    # issue 17, item 5: signed zeros whose sign is not defined
+    _c("relu_mul_add_cuda_relu", "relu_mul_add"),
+    _c("relu_mul_add_cpu_relu", "relu_mul_add"),
+    _c("short_row_max", "short_row_max"),
 )
 
 

@@ -1,0 +1,39 @@
+"""DEFECT: max over short rows with a trailing ``+ 0.0`` (a bias add left over from fusion):
+a row whose zeros are all -0.0 and whose other values are negative has the max -0.0, a sign
+IEEE and PyTorch fix (no +0 to choose), and it comes back as +0.0. Rows holding zeros of both
+signs have an open sign and are accepted either way (the control ``short_row_max``). Must be
+rejected by EXC-02.
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _short_row_max(
+    x_ptr, out_ptr, n_rows, n_cols, x_stride, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr
+):
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_COLS)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    offsets = rows[:, None] * x_stride + cols[None, :]
+    x = tl.load(x_ptr + offsets, mask=mask, other=-float("inf")).to(tl.float32)
+    best = tl.max(x, axis=1) + 0.0  # DEFECT: -0.0 + 0.0 = +0.0
+    holds_nan = tl.max((x != x).to(tl.int32), axis=1) > 0
+    best = tl.where(holds_nan, float("nan"), best)
+    tl.store(out_ptr + rows, best.to(out_ptr.dtype.element_ty), mask=rows < n_rows)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        n_rows, n_cols = x.shape
+        out = torch.empty(n_rows, dtype=x.dtype, device=x.device)
+        block_cols = triton.next_power_of_2(n_cols)
+        grid = (triton.cdiv(n_rows, 64),)
+        _short_row_max[grid](
+            x, out, n_rows, n_cols, x.stride(0), BLOCK_ROWS=64, BLOCK_COLS=block_cols
+        )
+        return out
