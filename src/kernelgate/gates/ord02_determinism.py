@@ -1,12 +1,13 @@
-"""ORD-02: bitwise identical outputs across repeats, new addresses and interleaved inputs."""
+"""ORD-02: bitwise identical outputs across repeats, new addresses, interleaved inputs and
+fresh instances of the candidate."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
-from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult, Run
+from kernelgate.gates.base import Case, Gate, GateContext, GateKind, GateResult, Run
 from kernelgate.oracle.compare import bitwise_mismatches, first_output_difference
 
 # Which case each call runs, how many bytes the worker holds first (to move addresses), and
@@ -19,6 +20,9 @@ SEQUENCE = [
     ("A", 65536 + 64, False),
     ("B", 1 << 20, False),
 ]
+# Fresh instances (new worker processes) whose first call is input A: a candidate's first
+# call is otherwise judged only by CMP-01, whose cases come first in the main instance.
+FRESH_INSTANCES = 2
 
 
 class DeterminismGate(Gate):
@@ -51,13 +55,18 @@ class DeterminismGate(Gate):
         stale = self._stale(ctx, cases["A"], cases["B"], first["A"], first["B"])
         if stale is not None:
             return stale
+        evidence: dict[str, Any] = {
+            "sequence": [n for n, _, _ in SEQUENCE],
+            "hold_bytes": [h for _, h, _ in SEQUENCE],
+            "at_previous_addresses": [r for _, _, r in SEQUENCE],
+        }
+        fresh = self._fresh_instances(ctx, cases["A"], first["A"], evidence)
+        if fresh is not None:
+            return fresh
         return self.passed(
-            f"{len(SEQUENCE)} calls (repeats at new addresses, interleaved inputs) bitwise stable",
-            {
-                "sequence": [n for n, _, _ in SEQUENCE],
-                "hold_bytes": [h for _, h, _ in SEQUENCE],
-                "at_previous_addresses": [r for _, _, r in SEQUENCE],
-            },
+            f"{len(SEQUENCE)} calls (repeats at new addresses, interleaved inputs) and the first "
+            f"calls of {FRESH_INSTANCES} fresh instances bitwise stable",
+            evidence,
         )
 
     def _stale(self, ctx: GateContext, case_a, case_b, run_a: Run, run_b: Run) -> GateResult | None:
@@ -75,4 +84,50 @@ class DeterminismGate(Gate):
                     run_b,
                     [{"output": k, "problem": "stale answer", "identical_to": case_a.label}],
                 )
+        return None
+
+    def _fresh_instances(
+        self, ctx: GateContext, case_a: Case, main_a: Run, evidence: dict[str, Any]
+    ) -> GateResult | None:
+        """Fresh instances whose first call is ``case_a``, bitwise equal to the main
+        instance's output for it and to each other.
+
+        Catches state a candidate sets up on its first call (a first call that takes
+        another path or summation order than later ones) and per-instance randomness
+        (unseeded draws, address- or time-dependent choices). Their clocks are real, as a
+        user's new process has them; the choice points each reports are in the evidence.
+        """
+        records: list[dict[str, Any]] = []
+        evidence["fresh_instances"] = records
+        earlier: list[tuple[str, Run]] = [("main_instance", main_a)]
+        for number in range(1, FRESH_INSTANCES + 1):
+            more = number < FRESH_INSTANCES
+            with ctx.fresh_instance(self.id, "real", prefetch=more) as session:
+                run = ctx.run(self.id, case_a, session=session)
+                points = ctx.choice_points(self.id, session)
+            name = f"fresh_instance_{number}"
+            records.append(
+                {
+                    "instance": name,
+                    "first_call": case_a.label,
+                    "choice_points": [p.to_dict() for p in points],
+                }
+            )
+            for other, other_run in earlier:
+                difference = first_output_difference(other_run.outputs, run.outputs, (other, name))
+                if difference is None:
+                    continue
+                k, findings = difference
+                chosen = "; ".join(p.describe() for p in points[:6])
+                timing = f" (its timing-dependent choices: {chosen})" if chosen else ""
+                return self.failed(
+                    ctx,
+                    f"output {k} of a fresh instance's first call on {case_a.label} differs "
+                    f"bitwise from the {other.replace('_', ' ')}'s{timing}: state set up on "
+                    "a first call, or a result that differs from process to process",
+                    run,
+                    findings,
+                    evidence,
+                )
+            earlier.append((name, run))
         return None
