@@ -527,7 +527,10 @@ class GateContext:
                     side_effects=side_effects,
                 )
         except ExecutionIncident as incident:
-            self._incident(gate_id, case.label, case.seed, incident)
+            label = case.label
+            if session is not self.session:
+                label += f", fresh instance (clock mode {session.clock_mode})"
+            self._incident(gate_id, label, case.seed, incident)
         return Run(case, placed, result)
 
     def _incident(

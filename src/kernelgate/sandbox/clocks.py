@@ -113,9 +113,10 @@ def step(mode: ClockMode, k: int) -> int:
     """How far (attoseconds) the k-th lie (k >= 1) moves the fake clock.
 
     ``faster`` shrinks from CEILING toward FLOOR and ``slower`` grows from FLOOR toward
-    CEILING, both as a power of the lie's ordinal: the next interval but one is a third
-    (three times) as long in the first lies, where a candidate times its paths, so a
-    candidate that wants a margin ("fp16 only if 20% faster") still goes the mode's way.
+    CEILING, both as a power of the lie's ordinal: in the first lies, where a candidate
+    times its paths, the interval after next is at most 2/3 (at least 3/2) as long, and
+    the third a third (three times), so a candidate that wants a margin ("fp16 only if
+    20% faster") still goes the mode's way.
     Both stay strictly ordered for tens of thousands of lies and never leave
     [FLOOR, CEILING], so the clock keeps a plausible pace: a loop until 0.1 s have passed
     ends, and a 10 s timeout needs a hundred reads or more. ``random`` is log-uniform over
