@@ -563,7 +563,7 @@ class GateContext:
         self._spare = None
         session.clock_mode = clock_mode
         if prefetch:
-            self._spare = self._new_session()
+            self.prefetch_instance()
         label = f"fresh instance (clock mode {clock_mode})"
         try:
             if self.trace is not None:
@@ -589,6 +589,12 @@ class GateContext:
         )
         session.spawn()
         return session
+
+    def prefetch_instance(self) -> None:
+        """Start a worker for the next ``fresh_instance`` now, so its start-up (importing
+        torch and Triton) overlaps the main instance's calls."""
+        if self._spare is None:
+            self._spare = self._new_session()
 
     def close_spare(self) -> None:
         """Stop a prefetched worker no gate took (``fresh_instance``)."""

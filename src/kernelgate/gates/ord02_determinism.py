@@ -31,6 +31,7 @@ class DeterminismGate(Gate):
     title: ClassVar[str] = "determinism and no stale state"
 
     def run(self, ctx: GateContext) -> GateResult:
+        ctx.prefetch_instance()  # the first fresh instance starts up beside the main calls
         cases = {
             name: ctx.drawn_case(f"input {name}", ctx.case_seed(self.id, i))
             for i, name in enumerate("AB")
