@@ -333,11 +333,12 @@ class Clocks:
     def _install_autotuner(self, autotuner: type) -> None:
         """Wrap ``prune_configs`` (the choice), ``_bench`` and ``run`` (the record).
 
-        Triton 3.x (3.6 and 3.9 read) calls ``prune_configs(kwargs)`` once per new tuning
-        key and benchmarks what it returns; returning one config makes that config the
-        choice (3.9 then skips benchmarking; ``_bench`` answers without running for a
-        version that would still time it). The chosen index is among the pruned configs:
-        the ones the autotuner could pick from.
+        Triton 3.x (read in 3.9's source and a current one) calls ``prune_configs(kwargs)``
+        once per new tuning key and benchmarks what it returns; returning one config makes
+        that config the choice (3.9 then skips benchmarking; ``_bench`` answers without
+        running for a version that would still time it). The chosen index is among the
+        pruned configs: the ones the autotuner could pick from. A tuning left with one
+        config chose nothing and is not recorded.
         """
         prune = getattr(autotuner, "prune_configs", None)
         bench = getattr(autotuner, "_bench", None)
@@ -457,6 +458,8 @@ class Clocks:
     def _record_tuning(self, tuner: Any, tuned: tuple[list[Any], int | None], caller: Any) -> None:
         configs, forced = tuned
         n, chosen = len(configs), forced
+        if n <= 1:
+            return  # pruning left one config: no choice was made
         if chosen is None:  # Triton timed them: find the winner among the pruned configs
             best = getattr(tuner, "best_config", None)
             chosen = next((i for i, c in enumerate(configs) if c is best), None)
@@ -468,7 +471,7 @@ class Clocks:
         where = self._site(caller)
         if not where and fn is not None and hasattr(fn, "__code__"):
             where = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
-        self._record("autotune", name, where, forced is not None, max(n, 1), min(chosen, n - 1))
+        self._record("autotune", name, where, forced is not None, n, min(chosen, n - 1))
 
     def report(self) -> dict[str, Any]:
         """What the judge asks for (the ``choices`` op): the choice points seen so far."""
