@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import torch
 
 from kernelgate.contract.spec import Contract, ExceptionalPolicy
+from kernelgate.errors import CandidateLoadError
 from kernelgate.inputs.distributions import draw, fold_into_range, impose_structure
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
 from kernelgate.oracle.error_models import (
@@ -34,6 +35,7 @@ from kernelgate.oracle.error_models import (
     assess_with,
 )
 from kernelgate.oracle.fp64 import Oracle, SizedOracle, flatten_outputs
+from kernelgate.sandbox.clocks import ChoicePoint
 from kernelgate.sandbox.session import CallResult, ExecutionIncident, WorkerSession
 from kernelgate.sandbox.wire import WireTensor, dtype_name
 from kernelgate.serde import Serializable
@@ -176,6 +178,7 @@ class GateContext:
         # one "honest:<run>" per honest run (see ``_cached``)
         self._results: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._sized_oracles: OrderedDict[str, Oracle] = OrderedDict()
+        self._spare: WorkerSession | None = None  # a worker started ahead (``fresh_instance``)
 
     # -- cases ----------------------------------------------------------------------------
     def case_seed(self, gate_id: str, index: int) -> int:
@@ -505,12 +508,15 @@ class GateContext:
         reuse_inputs: bool = False,
         place: Any = None,
         side_effects: bool = False,
+        session: WorkerSession | None = None,
     ) -> Run:
         """Place ``case`` in guarded storages and run the candidate on it once.
 
         ``side_effects`` brings back the inputs after the call and the call's allocations
-        (see ``WorkerSession.call``); only MEM-01 judges them.
+        (see ``WorkerSession.call``); only MEM-01 judges them. ``session``: a fresh instance
+        (``fresh_instance``) instead of the main one.
         """
+        session = session or self.session
         self.admit(case)
         placer = place or (lambda v: PlacedTensor.place(v, poison=poison))
         placed = [placer(v) if isinstance(v, torch.Tensor) else v for v in case.values]
@@ -518,12 +524,12 @@ class GateContext:
         try:
             # ModelNew built for this case's sizes (CMP-03), or the original one otherwise.
             if case.init_inputs is None:
-                self.session.use_init(None, None)
+                session.use_init(None, None)
             else:
                 with self.step("candidate built", case):
-                    self.session.use_init(case.init_inputs, case.sizes_key)
+                    session.use_init(case.init_inputs, case.sizes_key)
             with self.step("candidate", case):
-                result = self.session.call(
+                result = session.call(
                     wire_inputs,
                     poison=poison,
                     guard_bytes=GUARD_BYTES,
@@ -532,20 +538,89 @@ class GateContext:
                     side_effects=side_effects,
                 )
         except ExecutionIncident as incident:
-            self.incidents.append(
-                Incident(
-                    gate_id,
-                    case.label,
-                    case.seed,
-                    incident.kind,
-                    incident.detail,
-                    incident.log_tail[-2000:],
-                )
-            )
-            if incident.kind == "timeout":
-                self.halted = f"candidate hung in {gate_id} ({case.label})"
-            raise GateAborted(str(incident)) from None
+            label = case.label
+            if session is not self.session:
+                label += f", fresh instance (clock mode {session.clock_mode})"
+            self._incident(gate_id, label, case.seed, incident)
         return Run(case, placed, result)
+
+    def _incident(
+        self, gate_id: str, label: str, seed: int, incident: ExecutionIncident
+    ) -> NoReturn:
+        """Record ``incident`` for RES-01 and abort the gate (a hang halts the pipeline)."""
+        self.incidents.append(
+            Incident(
+                gate_id, label, seed, incident.kind, incident.detail, incident.log_tail[-2000:]
+            )
+        )
+        if incident.kind == "timeout":
+            self.halted = f"candidate hung in {gate_id} ({label})"
+        raise GateAborted(str(incident)) from None
+
+    @contextlib.contextmanager
+    def fresh_instance(
+        self, gate_id: str, clock_mode: str = "real", *, prefetch: bool = False
+    ) -> Iterator[WorkerSession]:
+        """A new worker with the same candidate and init inputs, closed after use.
+
+        For what one long-lived instance cannot show: a candidate's first call (ORD-02) and
+        the choices it makes by the clocks (CMP-01, ``clock_mode``: see sandbox/clocks.py).
+        A load failure or misbehaviour is an incident, as in the main instance; the kernels
+        it launched join the main session's, so RES-02 judges every config exercised.
+        ``prefetch``: another fresh instance follows, so its worker starts up (imports torch
+        and Triton) now, beside this one; it waits unloaded until then, or until the gate ends.
+        """
+        session = self._spare or self._new_session()
+        self._spare = None
+        session.clock_mode = clock_mode
+        if prefetch:
+            self.prefetch_instance()
+        label = f"fresh instance (clock mode {clock_mode})"
+        try:
+            if self.trace is not None:
+                self.trace(f"{self.gate_id} {label} starting ...")
+            try:
+                session.start()
+            except CandidateLoadError as exc:
+                self._incident(gate_id, label, 0, ExecutionIncident("exception", str(exc)))
+            yield session
+        finally:
+            self.session.kernels.extend(session.kernels)
+            session.__exit__(None, None, None)
+
+    def _new_session(self) -> WorkerSession:
+        """A spawned worker for the main session's candidate, not loaded yet."""
+        main = self.session
+        session = WorkerSession(
+            main.candidate,
+            main.init_inputs,
+            device=main.device,
+            timeout=main.timeout,
+            load_timeout=main.load_timeout,
+        )
+        session.spawn()
+        return session
+
+    def prefetch_instance(self) -> None:
+        """Start a worker for the next ``fresh_instance`` now, so its start-up (importing
+        torch and Triton) overlaps the main instance's calls."""
+        if self._spare is None:
+            self._spare = self._new_session()
+
+    def close_spare(self) -> None:
+        """Stop a prefetched worker no gate took (``fresh_instance``)."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.__exit__(None, None, None)
+
+    def choice_points(
+        self, gate_id: str, session: WorkerSession | None = None
+    ) -> list[ChoicePoint]:
+        """The timing-dependent choice points ``session`` (the main one) has seen so far."""
+        try:
+            return (session or self.session).choice_points()
+        except ExecutionIncident as incident:
+            self._incident(gate_id, "choice points", 0, incident)
 
     @property
     def propagates_specials(self) -> bool:
@@ -618,5 +693,7 @@ def run_gate(gate: Gate, ctx: GateContext) -> GateResult:
             result = gate.run(ctx)
         except GateAborted as aborted:
             result = gate.skipped(f"aborted by an execution incident: {aborted} (see RES-01)")
+        finally:
+            ctx.close_spare()
     result.seconds = round(time.monotonic() - started, 3)
     return result

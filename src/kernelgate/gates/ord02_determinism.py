@@ -1,5 +1,5 @@
-"""ORD-02: bitwise identical outputs across repeats, new addresses and interleaved inputs;
-earlier outputs left as they were returned."""
+"""ORD-02: bitwise identical outputs across repeats, new addresses, interleaved inputs and
+fresh instances of the candidate; earlier outputs left as they were returned."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ SEQUENCE = [
     ("A", 65536 + 64, False),
     ("B", 1 << 20, False),
 ]
+# Fresh instances (new worker processes) whose first call is input A: a candidate's first
+# call is otherwise judged only by CMP-01, whose cases come first in the main instance.
+FRESH_INSTANCES = 2
 
 # Calls whose outputs the worker keeps alive to the end of the gate, as a caller holding its
 # results would: the first call of each input. None is followed by a call whose inputs go into
@@ -53,6 +56,7 @@ class DeterminismGate(Gate):
     title: ClassVar[str] = "determinism and no stale state"
 
     def run(self, ctx: GateContext) -> GateResult:
+        ctx.prefetch_instance()  # the first fresh instance starts up beside the main calls
         cases = {
             name: ctx.drawn_case(f"input {name}", ctx.case_seed(self.id, i))
             for i, name in enumerate("AB")
@@ -87,16 +91,21 @@ class DeterminismGate(Gate):
         stale = self._stale(ctx, cases["A"], cases["B"], first["A"], first["B"])
         if stale is not None:
             return stale
+        evidence: dict[str, Any] = {
+            "sequence": [n for n, _, _ in SEQUENCE],
+            "hold_bytes": [h for _, h, _ in SEQUENCE],
+            "at_previous_addresses": [r for _, _, r in SEQUENCE],
+            "kept_calls": list(KEPT_CALLS),
+            "kept_reread_after": list(range(KEPT_CALLS[0] + 1, len(SEQUENCE))),
+        }
+        fresh = self._fresh_instances(ctx, cases["A"], first["A"], evidence)
+        if fresh is not None:
+            return fresh
         return self.passed(
-            f"{len(SEQUENCE)} calls (repeats at new addresses, interleaved inputs) bitwise "
-            "stable; earlier outputs unchanged by later calls, no storage returned twice",
-            {
-                "sequence": [n for n, _, _ in SEQUENCE],
-                "hold_bytes": [h for _, h, _ in SEQUENCE],
-                "at_previous_addresses": [r for _, _, r in SEQUENCE],
-                "kept_calls": list(KEPT_CALLS),
-                "kept_reread_after": list(range(KEPT_CALLS[0] + 1, len(SEQUENCE))),
-            },
+            f"{len(SEQUENCE)} calls (repeats at new addresses, interleaved inputs) and the first "
+            f"calls of {FRESH_INSTANCES} fresh instances bitwise stable; earlier outputs "
+            "unchanged by later calls, no storage returned twice",
+            evidence,
         )
 
     # -- outputs reused across calls ------------------------------------------------------
@@ -189,6 +198,52 @@ class DeterminismGate(Gate):
                     run_b,
                     [{"output": k, "problem": "stale answer", "identical_to": case_a.label}],
                 )
+        return None
+
+    def _fresh_instances(
+        self, ctx: GateContext, case_a: Case, main_a: Run, evidence: dict[str, Any]
+    ) -> GateResult | None:
+        """Fresh instances whose first call is ``case_a``, bitwise equal to the main
+        instance's output for it and to each other.
+
+        Catches state a candidate sets up on its first call (a first call that takes
+        another path or summation order than later ones) and per-instance randomness
+        (unseeded draws, address- or time-dependent choices). Their clocks are real, as a
+        user's new process has them; the choice points each reports are in the evidence.
+        """
+        records: list[dict[str, Any]] = []
+        evidence["fresh_instances"] = records
+        earlier: list[tuple[str, Run]] = [("main_instance", main_a)]
+        for number in range(1, FRESH_INSTANCES + 1):
+            more = number < FRESH_INSTANCES
+            with ctx.fresh_instance(self.id, "real", prefetch=more) as session:
+                run = ctx.run(self.id, case_a, session=session)
+                points = ctx.choice_points(self.id, session)
+            name = f"fresh_instance_{number}"
+            records.append(
+                {
+                    "instance": name,
+                    "first_call": case_a.label,
+                    "choice_points": [p.to_dict() for p in points],
+                }
+            )
+            for other, other_run in earlier:
+                difference = first_output_difference(other_run.outputs, run.outputs, (other, name))
+                if difference is None:
+                    continue
+                k, findings = difference
+                chosen = "; ".join(p.describe() for p in points[:6])
+                timing = f" (its timing-dependent choices: {chosen})" if chosen else ""
+                return self.failed(
+                    ctx,
+                    f"output {k} of a fresh instance's first call on {case_a.label} differs "
+                    f"bitwise from the {other.replace('_', ' ')}'s{timing}: state set up on "
+                    "a first call, or a result that differs from process to process",
+                    run,
+                    findings,
+                    evidence,
+                )
+            earlier.append((name, run))
         return None
 
 

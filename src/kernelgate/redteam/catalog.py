@@ -289,6 +289,26 @@ DEFECTS: tuple[Entry, ...] = (
         "back as +0.0",
         ("EXC-02",),
     ),
+    # issue 17, item 4: timing-adversarial instances
+    _d(
+        "timed_fp16_path",
+        "matmul",
+        "times an fp32 and an fp16 matmul on its first call and keeps the faster",
+        ("CMP-01",),
+    ),
+    _d(
+        "autotune_bad_config",
+        "row_sum",
+        "autotuned over three configs; the middle one masks its unrolled half with the "
+        "first half's mask",
+        ("CMP-01",),
+    ),
+    _d(
+        "first_call_differs",
+        "row_sum",
+        "first call sums with torch.sum, later calls with a blocked Triton kernel",
+        ("ORD-02",),
+    ),
 )
 
 CONTROLS: tuple[Entry, ...] = (
@@ -323,6 +343,9 @@ CONTROLS: tuple[Entry, ...] = (
     _c("relu_mul_add_cuda_relu", "relu_mul_add"),
     _c("relu_mul_add_cpu_relu", "relu_mul_add"),
     _c("short_row_max", "short_row_max"),
+    # issue 17, item 4: timing-adversarial instances
+    _c("timed_block_size", "vector_add"),
+    _c("autotuned_elementwise", "residual_scale"),
 )
 
 

@@ -23,6 +23,7 @@ import kernelgate
 from kernelgate import bytecode
 from kernelgate.errors import CandidateLoadError
 from kernelgate.sandbox import wire
+from kernelgate.sandbox.clocks import ChoicePoint, parse_choice_points
 
 
 @dataclass
@@ -59,6 +60,10 @@ class WorkerSession:
     kernels: list[dict[str, Any]] = field(default_factory=list)  # launches seen (RES-02)
     wrapper: list[str] = field(default_factory=list)  # e.g. compute-sanitizer argv (RES-01)
     exit_grace: float = 2.0  # seconds a worker may take to exit before it is killed
+    # The clocks the candidate reads (sandbox/clocks.py): "real" records its timing-dependent
+    # choices; CMP-01's fresh instances lie ("faster", "slower", "random:<seed>") or force
+    # autotune configs ("config:<i>"); None installs nothing.
+    clock_mode: str | None = "real"
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _to_worker: int = -1
     _from_worker: int = -1
@@ -122,6 +127,8 @@ class WorkerSession:
             "device": self.device,
             "init_inputs": wire.encode_value(self.init_inputs, blobs),
         }
+        if self.clock_mode:
+            header["clock_mode"] = self.clock_mode
         try:
             reply, _ = self._exchange(header, blobs, self.load_timeout)
         except ExecutionIncident as incident:
@@ -187,6 +194,18 @@ class WorkerSession:
                 str(reply.get("traceback", "")),
             )
         self._built_for = None if init_inputs is None else key
+
+    def choice_points(self) -> list[ChoicePoint]:
+        """The timing-dependent choice points the live worker has seen since it loaded.
+
+        Raw data from the candidate's process, checked field by field: evidence of choices,
+        and their absence no proof (a candidate can time with what no hook sees). A worker
+        that is gone (it crashed, or never started) has none to give.
+        """
+        if not self.alive or not self._loaded:
+            return []
+        reply, _ = self._exchange({"op": "choices"}, [], self.timeout)
+        return parse_choice_points(reply.get("choice_points")) if reply.get("ok") else []
 
     def compile_resources(
         self, records: list[dict[str, Any]], timeout: float = 300.0

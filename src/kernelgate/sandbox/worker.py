@@ -22,6 +22,7 @@ import torch  # noqa: E402
 
 from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E402
 from kernelgate.sandbox import wire  # noqa: E402
+from kernelgate.sandbox.clocks import ClockMode, Clocks  # noqa: E402
 from kernelgate.sandbox.poison import PoisonAllocator, flood_device_cache  # noqa: E402
 from kernelgate.sandbox.resources import CompileServer, LaunchRecorder  # noqa: E402
 from kernelgate.sandbox.streams import SideStreamDelay  # noqa: E402
@@ -56,6 +57,7 @@ class Worker:
         # ORD-02: outputs of earlier calls, held so that an honest candidate's allocator can
         # never hand their memory to a later call (``call`` with ``keep_as``; ``kept``)
         self.kept: dict[str, Any] = {}
+        self.clocks: Clocks | None = None  # installed at load when the judge asks (clocks.py)
 
     def serve(self) -> None:
         while True:
@@ -73,6 +75,7 @@ class Worker:
                 "construct": self.construct,
                 "resources": self.resources,
                 "kept": self.kept_outputs,
+                "choices": self.choices,
             }.get(op)
             if handler is None:
                 _send(self.fd_out, {"ok": False, "error": f"unknown op {op!r}"})
@@ -112,6 +115,14 @@ class Worker:
                 self.side_streams.install()
             path = header["candidate"]
             self.candidate_path = path
+            if header.get("clock_mode"):  # before the candidate reads a clock at import
+                self.clocks = Clocks(
+                    ClockMode.parse(header["clock_mode"]),
+                    path,
+                    CANDIDATE_MODULE,
+                    device_timing=self.device.type == "cuda" and not interpreter,
+                )
+                self.clocks.install()
             sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
             spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, path)
             assert spec is not None and spec.loader is not None
@@ -167,6 +178,13 @@ class Worker:
             self._fail("resources", exc)
             return
         _send(self.fd_out, {"ok": True, "results": results})
+
+    def choices(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        """The timing-dependent choice points seen since load (see clocks.py)."""
+        if self.clocks is None:
+            _send(self.fd_out, {"ok": True, "mode": None, "choice_points": [], "notes": []})
+            return
+        _send(self.fd_out, {"ok": True, **self.clocks.report()})
 
     def _into_previous_storages(
         self, sent: list[Any], storages: list[torch.Tensor], inputs: list[Any]
