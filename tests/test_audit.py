@@ -6,9 +6,11 @@ about two minutes on two cores; ``--timeout 2`` keeps the hanging candidate chea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -363,6 +365,142 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     (corpus / "honest" / "candidate.py").write_text("# changed\n")
     refused = kernelgate("audit", str(corpus), "--out", str(out), "--resume")
     assert refused.returncode == 2 and "source_sha256" in refused.stderr
+
+
+# -- SIGINT, SIGTERM and --resume ------------------------------------------------------------------
+
+STOP_LIMIT = 10.0  # seconds from the signal to the audit's exit
+INTERRUPTED = re.compile(
+    r"audit interrupted by (SIG\w+): (\d+) row\(s\) kept in \S+, (\d+) record\(s\) left; "
+    r"(.*); resume with: (kernelgate audit .* --resume)$",
+    re.MULTILINE,
+)
+
+
+def blocker_source(flag: Path) -> str:
+    """A candidate whose import waits while ``flag`` exists (its judge busy, with the old
+    check's child, in a session of its own, loading it), then defines no ModelNew."""
+    return (
+        "import os\nimport time\n\n"
+        f"while os.path.exists({str(flag)!r}):  # held until the test lets go\n"
+        "    time.sleep(0.05)\n"
+    )
+
+
+def marked_processes(mark: str) -> list[str]:
+    """Processes (other than this one) whose environment holds ``mark``: every process an
+    audit started with it inherits it (judges, old checks, candidates' workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if mark.encode() in (entry / "environ").read_bytes():
+                found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()[:120]!r}")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def stop_running_audit(
+    args: list[str], out: Path, signum: int, mark: str, *, more_than: int
+) -> tuple[subprocess.CompletedProcess[str], float, set[str]]:
+    """Start ``kernelgate ARGS``, wait until the store in ``out`` holds more than
+    ``more_than`` rows, send ``signum``; the finished process, seconds from the signal to
+    its exit, and the rows stored when the signal was sent."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kernelgate.cli", *args],
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200", "KERNELGATE_TEST_MARK": mark},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # as a terminal's foreground job: its own process group
+    )
+    try:
+        deadline = time.monotonic() + 180
+        seen: set[str] = set()
+        while time.monotonic() < deadline and process.poll() is None and len(seen) <= more_than:
+            time.sleep(0.2)
+            with contextlib.suppress(sqlite3.OperationalError):
+                seen = set(stored_rows(out)) if (out / STORE_NAME).exists() else set()
+        if process.poll() is not None:
+            pytest.fail(f"the audit ended before the signal: {process.communicate()[1]}")
+        assert len(seen) > more_than, "no new row within 180 s"
+        os.killpg(process.pid, signum)  # what Ctrl-C does: the whole foreground group
+        sent = time.monotonic()
+        try:
+            stdout, stderr = process.communicate(timeout=STOP_LIMIT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+            pytest.fail(f"the audit did not stop within {STOP_LIMIT:g} s of {signum}:\n{stderr}")
+        finished = subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+        return finished, time.monotonic() - sent, seen
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_sigint_and_sigterm_stop_an_audit_that_resumes_without_loss_or_duplicate(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C (SIGINT to the foreground group), then SIGTERM on the resumed audit: each stops
+    within 10 s with the right exit code and one line, kills every judge with its tree,
+    keeps every stored row and stores none for the record being judged; the last resume
+    completes the audit with every record exactly once."""
+    names = ["no_modelnew", "syntax_error"]
+    corpus = write_pairs(tmp_path / "corpus", names)
+    flag = tmp_path / "hold"
+    flag.write_text("")
+    (corpus / "blocker").mkdir()  # first in corpus order: judged from the start
+    (corpus / "blocker" / "reference.py").write_text(REFERENCE)
+    (corpus / "blocker" / "candidate.py").write_text(blocker_source(flag))
+    # one worker holds the blocker, the other judges the rest one at a time: a row for each
+    # stop (the record after it is being judged when the signal comes)
+    everyone = sorted(["blocker", *names])
+    out = tmp_path / "out"
+    store = out / STORE_NAME
+    args = audit_args(corpus, out, "--workers", "2")
+    kept: set[str] = set()
+    for signum, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        mark = f"kernelgate-interrupt-test-{os.getpid()}-{signum}"
+        stopped, seconds, seen = stop_running_audit(args, out, signum, mark, more_than=len(kept))
+        assert stopped.returncode == code, stopped.stderr
+        assert seconds < STOP_LIMIT
+        lines = INTERRUPTED.findall(stopped.stderr)
+        assert len(lines) == 1, stopped.stderr
+        name, rows_kept, left, report, resume = lines[0]
+        rows = stored_rows(out)
+        assert name == signal.Signals(signum).name
+        assert int(rows_kept) == len(rows) and int(left) == len(everyone) - len(rows)
+        assert seen <= set(rows) and kept < set(rows)  # nothing stored before was lost
+        # the record being judged (held in its import) has no row, nor counts as deferred
+        assert "blocker" not in rows and deferred_count(out) == 0
+        assert not any(row.get("interrupted") for row in rows.values())
+        if report.startswith("report of the rows kept"):
+            summary = json.loads((out / "summary.json").read_text())
+            assert sorted(row["id"] for row in summary["rows"]) == sorted(rows)
+        else:
+            assert f"kernelgate audit-report {out}" in report
+        time.sleep(0.5)  # SIGKILLed processes are gone at once; a moment for /proc
+        assert marked_processes(mark) == [], "processes outlived the audit"
+        words = shlex.split(resume)
+        assert words[:2] == ["kernelgate", "audit"] and "--resume" in words
+        args, kept = words[1:], set(rows)  # run as python -m kernelgate.cli
+    flag.unlink()  # the blocker loads now (and is rejected: it defines no ModelNew)
+    resumed = kernelgate(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    with sqlite3.connect(store) as db:
+        ids = [r[0] for r in db.execute("SELECT id FROM rows")]
+    assert sorted(ids) == everyone  # every record once: none lost, none twice
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["without_row"] == [] and summary["records"] == len(everyone)
+    assert {row["id"]: row["verdict"] for row in summary["rows"]} == dict.fromkeys(
+        everyone, "rejected"
+    )
+    assert summary["throughput"]["runs"] == 3
 
 
 # -- the Ray executor ----------------------------------------------------------------------------
