@@ -170,12 +170,21 @@ class Interruption:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
+        previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+        self.claim_signals()
         try:
             yield self
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+    def claim_signals(self) -> None:
+        """(Re)install this audit's handlers: ``ray.init`` installs a SIGTERM handler of its
+        own (``sys.exit``), which would end the audit without stopping its judges."""
+        if threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                if signal.getsignal(signum) != self._handle:
+                    signal.signal(signum, self._handle)
 
     def begin_judging(self) -> None:
         """From now on judges may run: a signal kills them, and the runner stops at its

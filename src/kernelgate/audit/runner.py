@@ -197,13 +197,15 @@ def run_audit(
         }
 
         def executor_of(size: int | None) -> Executor:
-            return make_executor(
+            made = make_executor(
                 executor,
                 workers=size,
                 device=device,
                 ray_address=ray_address,
                 interruption=interruption,
             )
+            interruption.claim_signals()  # ray.init installs a SIGTERM handler of its own
+            return made
 
         pool = executor_of(workers)
         try:
