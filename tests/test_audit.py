@@ -503,6 +503,131 @@ def test_sigint_and_sigterm_stop_an_audit_that_resumes_without_loss_or_duplicate
     assert summary["throughput"]["runs"] == 3
 
 
+def test_rows_that_arrive_after_a_stop_are_neither_stored_nor_deferred(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner's side of a stop, without processes: after the signal, a killed judge's
+    row (SIGKILL, which otherwise defers the record for memory) and a finished one are both
+    left out, no other pool starts, and ``AuditInterrupted`` counts what was kept."""
+    from kernelgate.audit import runner
+    from kernelgate.audit.interrupt import AuditInterrupted
+    from kernelgate.audit.judge import base_row, error_row
+
+    pools: list[int] = []
+    stored = threading.Event()  # the first row is in the store when the signal comes
+
+    class StoppedMidway:
+        def __init__(self, workers: int, interruption: Any) -> None:
+            self.workers, self.description = workers, f"fake, {workers}"
+            self.interruption = interruption
+
+        def judge_all(self, records, options):
+            pools.append(self.workers)
+            first, killed, late = records
+            yield first, base_row(first) | {"verdict": "verified", "stage": "gates"}
+            assert stored.wait(30)
+            self.interruption.stop(signal.SIGTERM)  # as the handler does
+            yield killed, error_row(killed, "judge killed", 1.0, judge_exit=-signal.SIGKILL)
+            yield late, base_row(late) | {"verdict": "verified", "stage": "gates"}
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(
+        runner,
+        "make_executor",
+        lambda kind, *, workers, interruption, **_: StoppedMidway(workers or 2, interruption),
+    )
+    corpus = write_pairs(tmp_path / "corpus", ["crash", "honest", "nan_swallow"])
+    out = tmp_path / "out"
+    with pytest.raises(AuditInterrupted) as stopped:
+        runner.run_audit(corpus, out, workers=2, on_row=lambda row: stored.set())
+    assert stopped.value.signal_name == "SIGTERM" and stopped.value.exit_code == 143
+    assert (stopped.value.rows_kept, stopped.value.records_left) == (1, 2)
+    assert list(stored_rows(out)) == ["crash"] and deferred_count(out) == 0
+    assert pools == [2]  # the killed judge's record was not judged again with fewer beside
+    if stopped.value.report_written:
+        summary = json.loads((out / "summary.json").read_text())
+        assert [row["id"] for row in summary["rows"]] == ["crash"]
+        assert summary["without_row"] == ["honest", "nan_swallow"]
+    # the signal handlers the audit installed are gone with it
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_stop_kills_a_judge_tree_across_sessions_and_refuses_new_judges() -> None:
+    from kernelgate.audit.interrupt import AuditInterrupted, Interruption
+    from kernelgate.audit.processes import children_map
+
+    interruption = Interruption()
+    judge = interruption.launch(
+        lambda: subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import subprocess, time\n"
+                "subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+                "time.sleep(60)\n",
+            ]
+        )
+    )
+    assert judge is not None
+    deadline = time.monotonic() + 30
+    while not children_map().get(judge.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (worker,) = children_map()[judge.pid]  # in a session of its own, as candidates' workers
+    interruption.stop(signal.SIGINT)
+    assert judge.wait(timeout=5) == -signal.SIGKILL
+    interruption.finished(judge.pid)
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+        stat = Path(f"/proc/{worker}/stat").read_text(errors="replace")
+        if stat[stat.rfind(")") + 2] == "Z":  # dead, not yet reaped by its new parent
+            break
+        time.sleep(0.05)
+    else:
+        assert not Path(f"/proc/{worker}").exists(), "the worker outlived its judge"
+    assert interruption.launch(lambda: pytest.fail("a judge started after the stop")) is None
+    with pytest.raises(AuditInterrupted) as stopped:
+        interruption.check()
+    assert stopped.value.exit_code == 130 and interruption.running() == 0
+
+
+def test_the_resume_command_repeats_the_audit_but_not_what_it_forgot() -> None:
+    from kernelgate.audit.command import resume_command
+
+    command = resume_command(
+        Path("corpus dir/h100.jsonl"),
+        Path("out"),
+        fmt="cuda-l1",
+        problems=None,
+        device="cuda",
+        workers=10,
+        executor="local",
+        ray_address=None,
+        limit=None,
+        timeout=2.0,
+        host_memory=256.0,
+    )
+    assert shlex.split(command) == [
+        "kernelgate",
+        "audit",
+        "corpus dir/h100.jsonl",
+        "--out",
+        "out",
+        "--format",
+        "cuda-l1",
+        "--device",
+        "cuda",
+        "--workers",
+        "10",
+        "--timeout",
+        "2",
+        "--host-memory",
+        "256",
+        "--resume",
+    ]
+
+
 # -- the Ray executor ----------------------------------------------------------------------------
 
 
