@@ -578,18 +578,61 @@ def test_a_stop_kills_a_judge_tree_across_sessions_and_refuses_new_judges() -> N
     interruption.stop(signal.SIGINT)
     assert judge.wait(timeout=5) == -signal.SIGKILL
     interruption.finished(judge.pid)
-    deadline = time.monotonic() + 5
-    while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
-        stat = Path(f"/proc/{worker}/stat").read_text(errors="replace")
-        if stat[stat.rfind(")") + 2] == "Z":  # dead, not yet reaped by its new parent
-            break
-        time.sleep(0.05)
-    else:
-        assert not Path(f"/proc/{worker}").exists(), "the worker outlived its judge"
+    assert gone(worker), "the worker outlived its judge"
     assert interruption.launch(lambda: pytest.fail("a judge started after the stop")) is None
     with pytest.raises(AuditInterrupted) as stopped:
         interruption.check()
     assert stopped.value.exit_code == 130 and interruption.running() == 0
+
+
+def gone(pid: int, limit: float = 5.0) -> bool:
+    """Whether ``pid`` is dead within ``limit`` seconds (gone, or a zombie not yet reaped)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+        except OSError:
+            return True
+        if stat[stat.rfind(")") + 2] == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_judge_adopts_what_a_candidate_double_forks_and_its_tree_is_killed() -> None:
+    """A daemon's escape (fork twice, the middle process exits) would hand the grandchild to
+    init, out of every tree kill_tree walks; a judge is a subreaper, so it stays in the
+    judge's tree and dies with it."""
+    from kernelgate.audit.processes import kill_tree
+
+    judge = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util, subprocess, sys, time\n"
+            # processes.py alone: the kernelgate package would import torch (seconds)
+            "spec = importlib.util.spec_from_file_location('processes', sys.argv[1])\n"
+            "processes = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(processes)\n"
+            "processes.become_subreaper()\n"
+            "print(subprocess.run(['sh', '-c', 'sleep 60 >/dev/null 2>&1 & echo $!'],"
+            " capture_output=True, text=True).stdout, flush=True)\n"
+            "time.sleep(60)\n",
+            str(ROOT / "src" / "kernelgate" / "audit" / "processes.py"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        escaped = int(judge.stdout.readline())  # its parent, sh, has exited
+        stat = Path(f"/proc/{escaped}/stat").read_text()
+        assert int(stat[stat.rfind(")") + 2 :].split()[1]) == judge.pid  # adopted
+        kill_tree(judge.pid)
+        assert judge.wait(timeout=5) == -signal.SIGKILL
+        assert gone(escaped), "the double-forked process outlived its judge"
+    finally:
+        judge.kill()
+        judge.wait()
 
 
 def test_the_resume_command_repeats_the_audit_but_not_what_it_forgot() -> None:

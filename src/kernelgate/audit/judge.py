@@ -33,7 +33,14 @@ from typing import Any
 from kernelgate.audit import oldcheck
 from kernelgate.audit.interrupt import Interruption
 from kernelgate.audit.memory_guard import HostMemoryGuard
-from kernelgate.audit.processes import child_env, die_with_audit_parent, kill_tree, tail
+from kernelgate.audit.processes import (
+    become_subreaper,
+    child_env,
+    die_with_audit_parent,
+    kill_descendants,
+    kill_tree,
+    tail,
+)
 from kernelgate.formats.corpus import CorpusRecord
 from kernelgate.journal import DEVICE_MEMORY_SIGNS, GateJournal, journal_key
 
@@ -519,6 +526,7 @@ def peak_memory() -> dict[str, int | None]:
 
 def _main(request_path: str, result_path: str) -> None:
     die_with_audit_parent()
+    become_subreaper()  # a candidate's double-forked process stays in this judge's tree
     request = json.loads(Path(request_path).read_text())
     record = CorpusRecord.from_dict(request["record"])
     options = AuditOptions(**request["options"])
@@ -530,6 +538,7 @@ def _main(request_path: str, result_path: str) -> None:
 
 if __name__ == "__main__":
     _main(sys.argv[1], sys.argv[2])
+    kill_descendants()  # nothing of the record outlives its judge
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # leftover threads of a reference or candidate must not hold the judge
