@@ -537,8 +537,10 @@ def _main(request_path: str, result_path: str) -> None:
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1], sys.argv[2])
-    kill_descendants()  # nothing of the record outlives its judge
+    try:
+        _main(sys.argv[1], sys.argv[2])
+    finally:
+        kill_descendants()  # nothing of the record outlives its judge
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # leftover threads of a reference or candidate must not hold the judge
