@@ -540,6 +540,7 @@ def test_rows_that_arrive_after_a_stop_are_neither_stored_nor_deferred(
     )
     corpus = write_pairs(tmp_path / "corpus", ["crash", "honest", "nan_swallow"])
     out = tmp_path / "out"
+    handler = signal.getsignal(signal.SIGINT)
     with pytest.raises(AuditInterrupted) as stopped:
         runner.run_audit(corpus, out, workers=2, on_row=lambda row: stored.set())
     assert stopped.value.signal_name == "SIGTERM" and stopped.value.exit_code == 143
@@ -550,8 +551,39 @@ def test_rows_that_arrive_after_a_stop_are_neither_stored_nor_deferred(
         summary = json.loads((out / "summary.json").read_text())
         assert [row["id"] for row in summary["rows"]] == ["crash"]
         assert summary["without_row"] == ["honest", "nan_swallow"]
-    # the signal handlers the audit installed are gone with it
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) == handler  # the audit's handler is gone with it
+
+
+def test_a_signal_before_judging_begins_stops_the_audit_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before any judge runs there is nothing to kill: the handler raises at once, wherever
+    the audit is (here reading the corpus), and nothing is stored or started."""
+    from kernelgate.audit import runner
+    from kernelgate.audit.interrupt import AuditInterrupted
+
+    started: list[int] = []
+    monkeypatch.setattr(
+        runner, "make_executor", lambda kind, *, workers, **_: started.append(workers)
+    )
+    reading = runner.read_corpus
+
+    def read_then_signal(*args: Any, **kwargs: Any) -> Any:
+        records = reading(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises in here, long before this ends
+        return records
+
+    monkeypatch.setattr(runner, "read_corpus", read_then_signal)
+    corpus = write_pairs(tmp_path / "corpus", ["honest"])
+    handler = signal.getsignal(signal.SIGTERM)
+    began = time.monotonic()
+    with pytest.raises(AuditInterrupted) as stopped:
+        runner.run_audit(corpus, tmp_path / "out")
+    assert time.monotonic() - began < 4
+    assert stopped.value.exit_code == 143 and stopped.value.rows_kept is None
+    assert started == [] and not (tmp_path / "out").exists()
+    assert signal.getsignal(signal.SIGTERM) == handler  # the audit's handler is gone with it
 
 
 def test_a_stop_kills_a_judge_tree_across_sessions_and_refuses_new_judges() -> None:
