@@ -1,4 +1,4 @@
-"""The audit: corpus formats, a complete report, SIGKILL and --resume, the Ray executor.
+"""The audit: corpus formats, a complete report, SIGKILL, SIGINT, SIGTERM and --resume, Ray.
 
 The corpus is tiny and plain PyTorch (see ``audit_corpus.py``) so the whole file runs in
 about two minutes on two cores; ``--timeout 2`` keeps the hanging candidate cheap.
