@@ -1,4 +1,4 @@
-"""The audit: corpus formats, a complete report, SIGKILL and --resume, the Ray executor.
+"""The audit: corpus formats, a complete report, SIGKILL, SIGINT, SIGTERM and --resume, Ray.
 
 The corpus is tiny and plain PyTorch (see ``audit_corpus.py``) so the whole file runs in
 about two minutes on two cores; ``--timeout 2`` keeps the hanging candidate cheap.
@@ -6,9 +6,11 @@ about two minutes on two cores; ``--timeout 2`` keeps the hanging candidate chea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -363,6 +365,342 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     (corpus / "honest" / "candidate.py").write_text("# changed\n")
     refused = kernelgate("audit", str(corpus), "--out", str(out), "--resume")
     assert refused.returncode == 2 and "source_sha256" in refused.stderr
+
+
+# -- SIGINT, SIGTERM and --resume ------------------------------------------------------------------
+
+STOP_LIMIT = 10.0  # seconds from the signal to the audit's exit
+INTERRUPTED = re.compile(
+    r"audit interrupted by (SIG\w+): (\d+) row\(s\) kept in \S+, (\d+) record\(s\) left; "
+    r"(.*); resume with: (kernelgate audit .* --resume)$",
+    re.MULTILINE,
+)
+
+
+def blocker_source(flag: Path) -> str:
+    """A candidate whose import waits while ``flag`` exists (its judge busy, with the old
+    check's child, in a session of its own, loading it), then defines no ModelNew."""
+    return (
+        "import os\nimport time\n\n"
+        f"while os.path.exists({str(flag)!r}):  # held until the test lets go\n"
+        "    time.sleep(0.05)\n"
+    )
+
+
+def marked_processes(mark: str) -> list[str]:
+    """Processes (other than this one) whose environment holds ``mark``: every process an
+    audit started with it inherits it (judges, old checks, candidates' workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if mark.encode() in (entry / "environ").read_bytes():
+                found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()[:120]!r}")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def stop_running_audit(
+    args: list[str], out: Path, signum: int, mark: str, *, more_than: int
+) -> tuple[subprocess.CompletedProcess[str], float, set[str]]:
+    """Start ``kernelgate ARGS``, wait until the store in ``out`` holds more than
+    ``more_than`` rows, send ``signum``; the finished process, seconds from the signal to
+    its exit, and the rows stored when the signal was sent."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kernelgate.cli", *args],
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200", "KERNELGATE_TEST_MARK": mark},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # as a terminal's foreground job: its own process group
+    )
+    try:
+        deadline = time.monotonic() + 180
+        seen: set[str] = set()
+        while time.monotonic() < deadline and process.poll() is None and len(seen) <= more_than:
+            time.sleep(0.2)
+            with contextlib.suppress(sqlite3.OperationalError):
+                seen = set(stored_rows(out)) if (out / STORE_NAME).exists() else set()
+        if process.poll() is not None:
+            pytest.fail(f"the audit ended before the signal: {process.communicate()[1]}")
+        assert len(seen) > more_than, "no new row within 180 s"
+        os.killpg(process.pid, signum)  # what Ctrl-C does: the whole foreground group
+        sent = time.monotonic()
+        try:
+            stdout, stderr = process.communicate(timeout=STOP_LIMIT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+            pytest.fail(f"the audit did not stop within {STOP_LIMIT:g} s of {signum}:\n{stderr}")
+        finished = subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+        return finished, time.monotonic() - sent, seen
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_sigint_and_sigterm_stop_an_audit_that_resumes_without_loss_or_duplicate(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C (SIGINT to the foreground group), then SIGTERM on the resumed audit: each stops
+    within 10 s with the right exit code and one line, kills every judge with its tree,
+    keeps every stored row and stores none for the record being judged; the last resume
+    completes the audit with every record exactly once."""
+    names = ["no_modelnew", "syntax_error"]
+    corpus = write_pairs(tmp_path / "corpus", names)
+    flag = tmp_path / "hold"
+    flag.write_text("")
+    (corpus / "blocker").mkdir()  # first in corpus order: judged from the start
+    (corpus / "blocker" / "reference.py").write_text(REFERENCE)
+    (corpus / "blocker" / "candidate.py").write_text(blocker_source(flag))
+    # one worker holds the blocker, the other judges the rest one at a time: a row for each
+    # stop (the record after it is being judged when the signal comes)
+    everyone = sorted(["blocker", *names])
+    out = tmp_path / "out"
+    store = out / STORE_NAME
+    args = audit_args(corpus, out, "--workers", "2")
+    kept: set[str] = set()
+    for signum, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        mark = f"kernelgate-interrupt-test-{os.getpid()}-{signum}"
+        stopped, seconds, seen = stop_running_audit(args, out, signum, mark, more_than=len(kept))
+        assert stopped.returncode == code, stopped.stderr
+        assert seconds < STOP_LIMIT
+        lines = INTERRUPTED.findall(stopped.stderr)
+        assert len(lines) == 1, stopped.stderr
+        name, rows_kept, left, report, resume = lines[0]
+        rows = stored_rows(out)
+        assert name == signal.Signals(signum).name
+        assert int(rows_kept) == len(rows) and int(left) == len(everyone) - len(rows)
+        assert seen <= set(rows) and kept < set(rows)  # nothing stored before was lost
+        # the record being judged (held in its import) has no row, nor counts as deferred
+        assert "blocker" not in rows and deferred_count(out) == 0
+        assert not any(row.get("interrupted") for row in rows.values())
+        if report.startswith("report of the rows kept"):
+            summary = json.loads((out / "summary.json").read_text())
+            assert sorted(row["id"] for row in summary["rows"]) == sorted(rows)
+        else:
+            assert f"kernelgate audit-report {out}" in report
+        time.sleep(0.5)  # SIGKILLed processes are gone at once; a moment for /proc
+        assert marked_processes(mark) == [], "processes outlived the audit"
+        words = shlex.split(resume)
+        assert words[:2] == ["kernelgate", "audit"] and "--resume" in words
+        args, kept = words[1:], set(rows)  # run as python -m kernelgate.cli
+    flag.unlink()  # the blocker loads now (and is rejected: it defines no ModelNew)
+    resumed = kernelgate(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    with sqlite3.connect(store) as db:
+        ids = [r[0] for r in db.execute("SELECT id FROM rows")]
+    assert sorted(ids) == everyone  # every record once: none lost, none twice
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["without_row"] == [] and summary["records"] == len(everyone)
+    assert {row["id"]: row["verdict"] for row in summary["rows"]} == dict.fromkeys(
+        everyone, "rejected"
+    )
+    assert summary["throughput"]["runs"] == 3
+
+
+def test_rows_that_arrive_after_a_stop_are_neither_stored_nor_deferred(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner's side of a stop, without processes: after the signal, a killed judge's
+    row (SIGKILL, which otherwise defers the record for memory) and a finished one are both
+    left out, no other pool starts, and ``AuditInterrupted`` counts what was kept."""
+    from kernelgate.audit import runner
+    from kernelgate.audit.interrupt import AuditInterrupted
+    from kernelgate.audit.judge import base_row, error_row
+
+    pools: list[int] = []
+    stored = threading.Event()  # the first row is in the store when the signal comes
+
+    class StoppedMidway:
+        def __init__(self, workers: int, interruption: Any) -> None:
+            self.workers, self.description = workers, f"fake, {workers}"
+            self.interruption = interruption
+
+        def judge_all(self, records, options):
+            pools.append(self.workers)
+            first, killed, late = records
+            yield first, base_row(first) | {"verdict": "verified", "stage": "gates"}
+            assert stored.wait(30)
+            self.interruption.stop(signal.SIGTERM)  # as the handler does
+            yield killed, error_row(killed, "judge killed", 1.0, judge_exit=-signal.SIGKILL)
+            yield late, base_row(late) | {"verdict": "verified", "stage": "gates"}
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(
+        runner,
+        "make_executor",
+        lambda kind, *, workers, interruption, **_: StoppedMidway(workers or 2, interruption),
+    )
+    corpus = write_pairs(tmp_path / "corpus", ["crash", "honest", "nan_swallow"])
+    out = tmp_path / "out"
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(AuditInterrupted) as stopped:
+        runner.run_audit(corpus, out, workers=2, on_row=lambda row: stored.set())
+    assert stopped.value.signal_name == "SIGTERM" and stopped.value.exit_code == 143
+    assert (stopped.value.rows_kept, stopped.value.records_left) == (1, 2)
+    assert list(stored_rows(out)) == ["crash"] and deferred_count(out) == 0
+    assert pools == [2]  # the killed judge's record was not judged again with fewer beside
+    if stopped.value.report_written:
+        summary = json.loads((out / "summary.json").read_text())
+        assert [row["id"] for row in summary["rows"]] == ["crash"]
+        assert summary["without_row"] == ["honest", "nan_swallow"]
+    assert signal.getsignal(signal.SIGINT) == handler  # the audit's handler is gone with it
+
+
+def test_a_signal_before_judging_begins_stops_the_audit_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before any judge runs there is nothing to kill: the handler raises at once, wherever
+    the audit is (here reading the corpus), and nothing is stored or started."""
+    from kernelgate.audit import runner
+    from kernelgate.audit.interrupt import AuditInterrupted
+
+    started: list[int] = []
+    monkeypatch.setattr(
+        runner, "make_executor", lambda kind, *, workers, **_: started.append(workers)
+    )
+    reading = runner.read_corpus
+
+    def read_then_signal(*args: Any, **kwargs: Any) -> Any:
+        records = reading(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises in here, long before this ends
+        return records
+
+    monkeypatch.setattr(runner, "read_corpus", read_then_signal)
+    corpus = write_pairs(tmp_path / "corpus", ["honest"])
+    handler = signal.getsignal(signal.SIGTERM)
+    began = time.monotonic()
+    with pytest.raises(AuditInterrupted) as stopped:
+        runner.run_audit(corpus, tmp_path / "out")
+    assert time.monotonic() - began < 4
+    assert stopped.value.exit_code == 143 and stopped.value.rows_kept is None
+    assert started == [] and not (tmp_path / "out").exists()
+    assert signal.getsignal(signal.SIGTERM) == handler  # the audit's handler is gone with it
+
+
+def test_a_stop_kills_a_judge_tree_across_sessions_and_refuses_new_judges() -> None:
+    from kernelgate.audit.interrupt import AuditInterrupted, Interruption
+    from kernelgate.audit.processes import children_map
+
+    interruption = Interruption()
+    judge = interruption.launch(
+        lambda: subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import subprocess, time\n"
+                "subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+                "time.sleep(60)\n",
+            ]
+        )
+    )
+    assert judge is not None
+    deadline = time.monotonic() + 30
+    while not children_map().get(judge.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (worker,) = children_map()[judge.pid]  # in a session of its own, as candidates' workers
+    interruption.stop(signal.SIGINT)
+    assert judge.wait(timeout=5) == -signal.SIGKILL
+    interruption.finished(judge.pid)
+    assert gone(worker), "the worker outlived its judge"
+    assert interruption.launch(lambda: pytest.fail("a judge started after the stop")) is None
+    with pytest.raises(AuditInterrupted) as stopped:
+        interruption.check()
+    assert stopped.value.exit_code == 130 and interruption.running() == 0
+
+
+def gone(pid: int, limit: float = 5.0) -> bool:
+    """Whether ``pid`` is dead within ``limit`` seconds (gone, or a zombie not yet reaped)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+        except OSError:
+            return True
+        if stat[stat.rfind(")") + 2] == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_judge_adopts_what_a_candidate_double_forks_and_its_tree_is_killed() -> None:
+    """A daemon's escape (fork twice, the middle process exits) would hand the grandchild to
+    init, out of every tree kill_tree walks; a judge is a subreaper, so it stays in the
+    judge's tree and dies with it."""
+    from kernelgate.audit.processes import kill_tree
+
+    judge = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util, subprocess, sys, time\n"
+            # processes.py alone: the kernelgate package would import torch (seconds)
+            "spec = importlib.util.spec_from_file_location('processes', sys.argv[1])\n"
+            "processes = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(processes)\n"
+            "processes.become_subreaper()\n"
+            "print(subprocess.run(['sh', '-c', 'sleep 60 >/dev/null 2>&1 & echo $!'],"
+            " capture_output=True, text=True).stdout, flush=True)\n"
+            "time.sleep(60)\n",
+            str(ROOT / "src" / "kernelgate" / "audit" / "processes.py"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        escaped = int(judge.stdout.readline())  # its parent, sh, has exited
+        stat = Path(f"/proc/{escaped}/stat").read_text()
+        assert int(stat[stat.rfind(")") + 2 :].split()[1]) == judge.pid  # adopted
+        kill_tree(judge.pid)
+        assert judge.wait(timeout=5) == -signal.SIGKILL
+        assert gone(escaped), "the double-forked process outlived its judge"
+    finally:
+        judge.kill()
+        judge.wait()
+
+
+def test_the_resume_command_repeats_the_audit_but_not_what_it_forgot() -> None:
+    from kernelgate.audit.command import resume_command
+
+    command = resume_command(
+        Path("corpus dir/h100.jsonl"),
+        Path("out"),
+        fmt="cuda-l1",
+        problems=None,
+        device="cuda",
+        workers=10,
+        executor="local",
+        ray_address=None,
+        limit=None,
+        timeout=2.0,
+        host_memory=256.0,
+    )
+    assert shlex.split(command) == [
+        "kernelgate",
+        "audit",
+        "corpus dir/h100.jsonl",
+        "--out",
+        "out",
+        "--format",
+        "cuda-l1",
+        "--device",
+        "cuda",
+        "--workers",
+        "10",
+        "--timeout",
+        "2",
+        "--host-memory",
+        "256",
+        "--resume",
+    ]
 
 
 # -- the Ray executor ----------------------------------------------------------------------------

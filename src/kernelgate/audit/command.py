@@ -2,13 +2,70 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from kernelgate.audit.interrupt import AuditInterrupted
 from kernelgate.audit.runner import AuditPlan, run_audit
 from kernelgate.progress import work_progress
+
+
+def resume_command(
+    source: Path,
+    out: Path,
+    *,
+    fmt: str,
+    problems: Path | None,
+    device: str,
+    workers: int | None,
+    executor: str,
+    ray_address: str | None,
+    limit: int | None,
+    timeout: float,
+    host_memory: float | None,
+) -> str:
+    """The command that continues this audit: its options, with ``--resume``.
+
+    ``--retry-errors``, ``--rejudge`` and ``--rejudge-record`` are left out: the rows they
+    forgot are gone from the store already, so a plain resume judges those records, and
+    repeating them would forget again rows this run judged.
+    """
+    words = ["kernelgate", "audit", str(source), "--out", str(out)]
+    optional: list[tuple[str, Any, Any]] = [
+        ("--format", fmt, "auto"),
+        ("--problems", problems, None),
+        ("--device", device, "cpu"),
+        ("--workers", workers, None),
+        ("--executor", executor, "local"),
+        ("--ray-address", ray_address, None),
+        ("--limit", limit, None),
+        ("--timeout", timeout, 60.0),
+        ("--host-memory", host_memory, None),
+    ]
+    for option, value, default in optional:
+        if value != default:
+            words += [option, f"{value:g}" if isinstance(value, float) else str(value)]
+    return shlex.join([*words, "--resume"])
+
+
+def interrupted_line(stop: AuditInterrupted, out: Path, resume: str) -> str:
+    """The one line an interrupted audit prints: what it kept, what is left, how to go on."""
+    if stop.rows_kept is None:
+        kept = "before judging began, nothing stored by this run"
+    else:
+        kept = (
+            f"{stop.rows_kept} row(s) kept in {out / 'audit.sqlite'}, "
+            f"{stop.records_left} record(s) left"
+        )
+    report = (
+        f"report of the rows kept: {out / 'report.html'}"
+        if stop.report_written
+        else f"report not written (write it with: kernelgate audit-report {shlex.quote(str(out))})"
+    )
+    return f"audit interrupted by {stop.signal_name}: {kept}; {report}; resume with: {resume}"
 
 
 def audit_command_body(
@@ -53,8 +110,29 @@ def audit_command_body(
                 highlight=False,
             )
 
-    with progress:
-        outcome = run_audit(
+    try:
+        with progress:
+            outcome = run_audit(
+                source,
+                out,
+                fmt=fmt,
+                problems=problems,
+                device=device,
+                workers=workers,
+                executor=executor,
+                ray_address=ray_address,
+                resume=resume,
+                retry_errors=retry_errors,
+                rejudge=tuple(rejudge),
+                rejudge_records=tuple(rejudge_records),
+                limit=limit,
+                timeout=timeout,
+                host_memory_gib=host_memory,
+                on_plan=on_plan,
+                on_row=on_row,
+            )
+    except AuditInterrupted as stop:
+        resume_with = resume_command(
             source,
             out,
             fmt=fmt,
@@ -63,16 +141,12 @@ def audit_command_body(
             workers=workers,
             executor=executor,
             ray_address=ray_address,
-            resume=resume,
-            retry_errors=retry_errors,
-            rejudge=tuple(rejudge),
-            rejudge_records=tuple(rejudge_records),
             limit=limit,
             timeout=timeout,
-            host_memory_gib=host_memory,
-            on_plan=on_plan,
-            on_row=on_row,
+            host_memory=host_memory,
         )
+        errors.print(interrupted_line(stop, out, resume_with), highlight=False, soft_wrap=True)
+        raise  # cli.main exits with stop.exit_code, at once (see there)
     summary = outcome.summary
     contract = ", ".join(f"{k} {v}" for k, v in summary["contract"].items())
     old = ", ".join(f"{k} {v}" for k, v in summary["old_check"].items())

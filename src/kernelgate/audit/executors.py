@@ -11,20 +11,26 @@ one at once; the store's ``position`` restores corpus order for the report.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict
 from typing import Any, Protocol, TypeVar
 
+from kernelgate.audit.interrupt import Interruption
 from kernelgate.audit.judge import AuditOptions, error_row, judge_isolated
 from kernelgate.audit.memory_guard import shared_guard
 from kernelgate.errors import KernelgateError
 from kernelgate.formats.corpus import CorpusRecord
 
 EXECUTORS = ("local", "ray")
+RAY_POLL_SECONDS = 0.5  # how often a Ray executor looks whether the audit is stopping
+RAY_CANCEL_GRACE_SECONDS = 2.0  # between a plain cancel of Ray tasks and a forced one
+CLOSE_SECONDS = 5.0  # how long ``side_by_side``, closed early, waits for its streams to close
 
 T = TypeVar("T")
 
@@ -60,8 +66,11 @@ class LocalExecutor:
     torch with every core oversubscribe the machine many times over.
     """
 
-    def __init__(self, workers: int | None, device: str) -> None:
+    def __init__(
+        self, workers: int | None, device: str, interruption: Interruption | None = None
+    ) -> None:
         self.device = device
+        self.interruption = interruption
         gpus = device_count(device) if device.startswith("cuda") else 0
         self.workers = workers or device_count(device)
         self._gpus: queue.Queue[str | None] = queue.Queue()
@@ -76,7 +85,14 @@ class LocalExecutor:
     def _judge(self, record: CorpusRecord, options: AuditOptions) -> dict[str, Any]:
         gpu = self._gpus.get()
         try:
-            return judge_isolated(record, options, gpu=gpu, threads=self.threads, guard=self.guard)
+            return judge_isolated(
+                record,
+                options,
+                gpu=gpu,
+                threads=self.threads,
+                guard=self.guard,
+                interruption=self.interruption,
+            )
         finally:
             self._gpus.put(gpu)
 
@@ -91,6 +107,8 @@ class LocalExecutor:
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                if self.interruption is not None and self.interruption.closed:
+                    return  # its rows are not stored; start no more judges (below)
                 for future in done:
                     record = futures[future]
                     try:
@@ -129,9 +147,16 @@ class RayExecutor:
     in this process.
     """
 
-    def __init__(self, workers: int | None, device: str, address: str | None) -> None:
+    def __init__(
+        self,
+        workers: int | None,
+        device: str,
+        address: str | None,
+        interruption: Interruption | None = None,
+    ) -> None:
         self.ray = _import_ray()
         self.device = device
+        self.interruption = interruption
         self._started = False
         if not self.ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -163,18 +188,42 @@ class RayExecutor:
         waiting.reverse()
         in_flight: dict[Any, CorpusRecord] = {}
         limit = 2 * self.workers  # enough to keep every slot busy, no more in memory
-        while waiting or in_flight:
-            while waiting and len(in_flight) < limit:
-                record = waiting.pop()
-                ref = self._remote.remote(record.to_dict(), asdict(options))
-                in_flight[ref] = record
-            ready, _ = self.ray.wait(list(in_flight), num_returns=1)
-            for ref in ready:
-                record = in_flight.pop(ref)
-                try:
-                    yield record, self.ray.get(ref)
-                except Exception as exc:  # the task's worker died, or Ray lost the node
-                    yield record, error_row(record, f"ray task failed: {exc}", 0.0)
+        stopping = self.interruption
+        try:
+            while waiting or in_flight:
+                while waiting and len(in_flight) < limit:
+                    record = waiting.pop()
+                    ref = self._remote.remote(record.to_dict(), asdict(options))
+                    in_flight[ref] = record
+                # a timeout, so that a stop asked meanwhile is seen (the judges are not
+                # this process's children: the signal handler cannot kill them)
+                ready, _ = self.ray.wait(list(in_flight), num_returns=1, timeout=RAY_POLL_SECONDS)
+                if stopping is not None and stopping.closed:
+                    return
+                for ref in ready:
+                    record = in_flight.pop(ref)
+                    try:
+                        yield record, self.ray.get(ref)
+                    except Exception as exc:  # the task's worker died, or Ray lost the node
+                        yield record, error_row(record, f"ray task failed: {exc}", 0.0)
+        finally:  # closed early (the audit failed, or was interrupted): stop every task
+            self._cancel(list(in_flight))
+
+    def _cancel(self, refs: list[Any]) -> None:
+        """Stop running tasks: first a plain cancel, which raises KeyboardInterrupt in the
+        task, where ``judge_isolated`` kills its judge's whole tree (the candidate's worker,
+        in a session of its own, included); then, after a moment, a forced one, which ends
+        the Ray worker process itself (its judge then dies with it, ``PR_SET_PDEATHSIG``)."""
+        if not refs:
+            return
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref)
+        with contextlib.suppress(Exception):
+            self.ray.wait(refs, num_returns=len(refs), timeout=RAY_CANCEL_GRACE_SECONDS)
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref, force=True)
 
     def close(self) -> None:
         if self._started:
@@ -182,14 +231,19 @@ class RayExecutor:
 
 
 def make_executor(
-    kind: str, *, workers: int | None, device: str, ray_address: str | None
+    kind: str,
+    *,
+    workers: int | None,
+    device: str,
+    ray_address: str | None,
+    interruption: Interruption | None = None,
 ) -> Executor:
     if kind == "local":
         if ray_address:
             raise KernelgateError("--ray-address only applies with --executor ray")
-        return LocalExecutor(workers, device)
+        return LocalExecutor(workers, device, interruption)
     if kind == "ray":
-        return RayExecutor(workers, device, ray_address)
+        return RayExecutor(workers, device, ray_address, interruption)
     raise KernelgateError(f"unknown executor {kind!r}; use {' or '.join(EXECUTORS)}")
 
 
@@ -200,6 +254,11 @@ def side_by_side(*streams: Iterator[T]) -> Iterator[tuple[int, T]]:
     beside the rest) each wait on their own judges; one thread a stream drains them, and
     the caller alone touches the store, so nothing it holds is shared between threads. An
     exception in a stream reaches the caller when that stream's turn comes.
+
+    Closed early, it waits (up to ``CLOSE_SECONDS``) for each stream to close itself, so
+    that executors stop their work (Ray cancels its tasks) before the caller shuts them
+    down; a stream waiting on a judge closes only once that judge ends, so the caller kills
+    the judges first (``Interruption.close``).
     """
     finished = object()
     items: queue.Queue[tuple[int, Any]] = queue.Queue()
@@ -219,10 +278,14 @@ def side_by_side(*streams: Iterator[T]) -> Iterator[tuple[int, T]]:
                 close()
             items.put((index, finished))
 
-    for index, stream in enumerate(streams):
+    threads = [
         threading.Thread(
             target=drain, args=(index, stream), name=f"kernelgate-stream-{index}", daemon=True
-        ).start()
+        )
+        for index, stream in enumerate(streams)
+    ]
+    for thread in threads:
+        thread.start()
     running = len(streams)
     try:
         while running:
@@ -235,3 +298,6 @@ def side_by_side(*streams: Iterator[T]) -> Iterator[tuple[int, T]]:
                 yield index, item
     finally:
         abandoned.set()
+        deadline = time.monotonic() + CLOSE_SECONDS
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))

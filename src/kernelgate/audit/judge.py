@@ -31,8 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from kernelgate.audit import oldcheck
+from kernelgate.audit.interrupt import Interruption
 from kernelgate.audit.memory_guard import HostMemoryGuard
-from kernelgate.audit.processes import child_env, die_with_audit_parent, kill_tree, tail
+from kernelgate.audit.processes import (
+    become_subreaper,
+    child_env,
+    die_with_audit_parent,
+    kill_descendants,
+    kill_tree,
+    tail,
+)
 from kernelgate.formats.corpus import CorpusRecord
 from kernelgate.journal import DEVICE_MEMORY_SIGNS, GateJournal, journal_key
 
@@ -157,6 +165,15 @@ def error_row(
     }
 
 
+def interrupted_row(record: CorpusRecord, reason: str) -> dict[str, Any]:
+    """The row of a record whose judge a stopping audit refused or killed: never stored.
+
+    Deliberately bare: ``base_row`` hashes kernelgate's source (``code_digest``), seconds of
+    work the first time in the audit's process, which a stop must not wait for.
+    """
+    return {"id": record.id, "verdict": ERROR, "reason": reason, "interrupted": True}
+
+
 def killed_by_the_system(row: dict[str, Any]) -> bool:
     """Whether the record's judge died of SIGKILL from outside (the OOM killer, mostly):
     the record was never judged, and may well be judged alone later."""
@@ -224,15 +241,25 @@ def judge_isolated(
     gpu: str | None = None,
     threads: int | None = None,
     guard: HostMemoryGuard | None = None,
+    interruption: Interruption | None = None,
 ) -> dict[str, Any]:
     """Judge ``record`` in a fresh process and return its row; never raises for a record.
 
     ``gpu`` pins the judge (and so its candidate worker) to one device in device mode;
     ``threads`` caps the CPU threads of each of its processes (its share of the cores);
-    ``guard`` may stop the judge when the host's memory runs low beside other judges.
+    ``guard`` may stop the judge when the host's memory runs low beside other judges;
+    ``interruption`` starts the judge unless the audit is stopping, and kills it when the
+    audit stops: the row is then marked ``interrupted`` (the runner stores no such row).
+
+    The judge runs in a process group of its own, so a terminal's Ctrl-C (SIGINT to the
+    foreground group) reaches the audit alone, which stops its judges itself: a judge hit
+    by the SIGINT would die in mid-gate, or worse, a gate might take the interrupt for the
+    candidate's failure and the judge would write a wrong row.
     """
     if record.unreadable is not None:
         return unreadable_row(record)
+    if interruption is not None and interruption.closed:  # checked again as it starts
+        return interrupted_row(record, "the audit stopped before this record's judge started")
     started = time.monotonic()
     work = Path(options.out_dir) / "records" / work_folder_name(record.id)
     work.mkdir(parents=True, exist_ok=True)
@@ -249,13 +276,20 @@ def judge_isolated(
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "kernelgate.audit.judge", str(request), str(result)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            env=env,
-        )
+
+        def start() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                [sys.executable, "-m", "kernelgate.audit.judge", str(request), str(result)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                process_group=0,
+            )
+
+        process = start() if interruption is None else interruption.launch(start)
+        if process is None:  # the audit is stopping: this record keeps no row
+            return interrupted_row(record, "the audit stopped before this record's judge started")
         if guard is not None:
             guard.register(process.pid)
         try:
@@ -268,10 +302,18 @@ def judge_isolated(
                 f"judge exceeded the record limit of {options.record_limit:g} s and was killed",
                 time.monotonic() - started,
             )
+        except BaseException:  # Ray's cancel raises KeyboardInterrupt here: no orphans
+            kill_tree(process.pid)
+            process.wait()
+            raise
         finally:
             if guard is not None:
                 guard.unregister(process.pid)
+            if interruption is not None:
+                interruption.finished(process.pid)
     stopped_by_guard = guard.stopped(process.pid) if guard is not None else None
+    if interruption is not None and interruption.closed and code != 0:
+        return interrupted_row(record, f"the audit stopped this record's judge (exit {code})")
     request.unlink(missing_ok=True)
     try:
         row = json.loads(result.read_text())
@@ -484,6 +526,7 @@ def peak_memory() -> dict[str, int | None]:
 
 def _main(request_path: str, result_path: str) -> None:
     die_with_audit_parent()
+    become_subreaper()  # a candidate's double-forked process stays in this judge's tree
     request = json.loads(Path(request_path).read_text())
     record = CorpusRecord.from_dict(request["record"])
     options = AuditOptions(**request["options"])
@@ -494,7 +537,10 @@ def _main(request_path: str, result_path: str) -> None:
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1], sys.argv[2])
+    try:
+        _main(sys.argv[1], sys.argv[2])
+    finally:
+        kill_descendants()  # nothing of the record outlives its judge
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # leftover threads of a reference or candidate must not hold the judge

@@ -25,6 +25,7 @@ import html
 import io
 import json
 import math
+import os
 import re
 import statistics
 from collections import Counter
@@ -730,13 +731,24 @@ def write_report(
     runs: list[dict[str, Any]] | None = None,
     corpus_ids: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Write summary.json, report.md, report.html and the plot PNGs; return the summary."""
+    """Write summary.json, report.md, report.html and the plot PNGs; return the summary.
+
+    Each file is replaced whole: an interrupted audit that runs out of time while writing
+    its report leaves every file either as it was or complete, never half written.
+    """
     summary = summarize(rows, settings, runs or [], corpus_ids)
     images = _plots(summary, rows)
     for name, png in images.items():
-        (out_dir / f"{name}.png").write_bytes(png)
+        _replace(out_dir / f"{name}.png", png)
     summary["plots"] = sorted(f"{name}.png" for name in images)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    (out_dir / "report.md").write_text(_markdown(summary, images))
-    (out_dir / "report.html").write_text(_html(summary, images))
+    _replace(out_dir / "summary.json", json.dumps(summary, indent=2).encode())
+    _replace(out_dir / "report.md", _markdown(summary, images).encode())
+    _replace(out_dir / "report.html", _html(summary, images).encode())
     return summary
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed over it."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)

@@ -3,19 +3,28 @@
 Each record is judged in a process of its own (see ``judge.py``) by an executor, and its
 row is committed to the store the moment it comes back. The loop keeps no state the store
 does not have, so ``--resume`` after any kind of death (SIGKILL included) picks up exactly
-the records without a row.
+the records without a row. SIGINT and SIGTERM stop it in a few seconds (``interrupt.py``):
+the judges are killed, rows that come back after the signal are not stored, and
+``AuditInterrupted`` says what was kept.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelgate.audit.executors import make_executor, side_by_side
+from kernelgate.audit.executors import Executor, make_executor, side_by_side
+from kernelgate.audit.interrupt import (
+    JUDGES_GONE_SECONDS,
+    POLL_SECONDS,
+    AuditInterrupted,
+    Interruption,
+)
 from kernelgate.audit.judge import (
     AuditOptions,
     memory_failure,
@@ -90,6 +99,39 @@ def write_report_from_store(out_dir: Path) -> dict[str, Any]:
         store.close()
 
 
+def report_within(
+    out_dir: Path,
+    store: ResultStore,
+    settings: dict[str, Any],
+    corpus_ids: list[str],
+    interruption: Interruption,
+) -> bool:
+    """Write the report of an interrupted audit if that fits in the stop's time; whether it
+    was written.
+
+    The report of a large store takes seconds (matplotlib's plots, mostly), and a stop must
+    not: it is written in a thread while the stop's time lasts (and no second signal came);
+    past that the audit exits without it and says how to get it (``audit-report``). Each
+    file is replaced whole (``write_report``), so none is left half written.
+    """
+    rows, runs = store.rows(), store.runs()  # the store's connection belongs to this thread
+    outcome: dict[str, bool] = {}
+
+    def write() -> None:
+        try:
+            write_report(out_dir, rows, settings, runs, corpus_ids)
+        except Exception:  # the stop goes on; the message says the report is not written
+            outcome["written"] = False
+        else:
+            outcome["written"] = True
+
+    writer = threading.Thread(target=write, name="kernelgate-report", daemon=True)
+    writer.start()
+    while writer.is_alive() and interruption.seconds_left() > 0 and not interruption.hurried:
+        writer.join(POLL_SECONDS)
+    return outcome.get("written", False)
+
+
 def run_audit(
     source: Path,
     out_dir: Path,
@@ -115,148 +157,241 @@ def run_audit(
 
     ``host_memory_gib`` is the host's memory where ``MemTotal`` shows only part of it (see
     ``memory_guard``); it changes when judges are stopped for memory, never a verdict.
+
+    SIGINT and SIGTERM (in the main thread) stop the audit within seconds and raise
+    ``AuditInterrupted``: every stored row stays, the records being judged have none.
     """
     from kernelgate.pipeline import resolve_device
 
-    device = resolve_device(device)
-    set_host_memory(None if host_memory_gib is None else int(host_memory_gib * GIB))
-    unknown = sorted(set(rejudge) - set(GATE_IDS))
-    if unknown:
-        raise KernelgateError(f"unknown gate(s) for --rejudge: {', '.join(unknown)}")
-    if (rejudge or retry_errors or rejudge_records) and not resume:
-        raise KernelgateError(
-            "--retry-errors, --rejudge and --rejudge-record act on a store: add --resume"
-        )
-    resolved_format = detect_format(source) if fmt == "auto" else fmt
-    records = read_corpus(source, resolved_format, problems=problems)
-    corpus_ids = [record.id for record in records]
-    strangers = sorted(set(rejudge_records) - set(corpus_ids))
-    if strangers:
-        example = f" (e.g. {corpus_ids[0]!r})" if corpus_ids else ""
-        raise KernelgateError(
-            f"--rejudge-record: no record with id {', '.join(map(repr, strangers))} in "
-            f"{source}; ids are as the report's rows give them{example}"
-        )
-    if limit is not None:
-        records = records[:limit]
-    settings = {
-        "source": str(source.resolve()),
-        "source_sha256": source_digest(source),
-        "format": resolved_format,
-        "problems": str(problems.resolve()) if problems else None,
-        "device": device,
-        "timeout": timeout,
-        "seed": seed,
-    }
-    pool = make_executor(executor, workers=workers, device=device, ray_address=ray_address)
-    try:
-        store = ResultStore.open(out_dir, resume=resume, settings=settings)
-    except BaseException:
-        pool.close()
-        raise
-    try:
-
-        def forget(ids: set[str]) -> None:
-            """Drop the rows of ``ids`` and their judges' results: judged afresh."""
-            store.forget(ids)
-            for record_id in ids:
-                result_path(out_dir, record_id).unlink(missing_ok=True)
-
-        if retry_errors:  # a judge killed for memory, say: the candidate was never judged
-            troubled = store.ids_where(memory_failure)
-            forget(store.error_ids() | troubled)
-            for record_id in troubled:  # memory was the trouble: the pool would repeat it
-                store.defer_alone(record_id, "retried after a memory failure")
-        store.set_corpus(corpus_ids)  # the report says which records still lack a row
-        for gate in rejudge:  # that gate changed since those rows were judged
-            forget(store.failed_ids(gate))
-        forget(set(rejudge_records))
-        done = store.done_ids()
-        position = {record.id: index for index, record in enumerate(records)}
-        todo = [r for r in records if r.id not in done]
-        if on_plan is not None:
-            on_plan(
-                AuditPlan(len(records), len(records) - len(todo), resolved_format, pool.description)
+    interruption = Interruption()
+    with interruption.handling_signals():
+        device = resolve_device(device)
+        set_host_memory(None if host_memory_gib is None else int(host_memory_gib * GIB))
+        unknown = sorted(set(rejudge) - set(GATE_IDS))
+        if unknown:
+            raise KernelgateError(f"unknown gate(s) for --rejudge: {', '.join(unknown)}")
+        if (rejudge or retry_errors or rejudge_records) and not resume:
+            raise KernelgateError(
+                "--retry-errors, --rejudge and --rejudge-record act on a store: add --resume"
             )
-        options = AuditOptions(str(out_dir.resolve()), device=device, timeout=timeout, seed=seed)
-        if todo:
-            store.begin_run({"workers": pool.workers, "executor": pool.description})
+        resolved_format = detect_format(source) if fmt == "auto" else fmt
+        records = read_corpus(source, resolved_format, problems=problems)
+        corpus_ids = [record.id for record in records]
+        strangers = sorted(set(rejudge_records) - set(corpus_ids))
+        if strangers:
+            example = f" (e.g. {corpus_ids[0]!r})" if corpus_ids else ""
+            raise KernelgateError(
+                f"--rejudge-record: no record with id {', '.join(map(repr, strangers))} in "
+                f"{source}; ids are as the report's rows give them{example}"
+            )
+        if limit is not None:
+            records = records[:limit]
+        settings = {
+            "source": str(source.resolve()),
+            "source_sha256": source_digest(source),
+            "format": resolved_format,
+            "problems": str(problems.resolve()) if problems else None,
+            "device": device,
+            "timeout": timeout,
+            "seed": seed,
+        }
 
-        def keep(record: CorpusRecord, row: dict[str, Any]) -> None:
-            store.put(position[record.id], row)
-            if on_row is not None:
-                on_row(row)
+        def executor_of(size: int | None) -> Executor:
+            made = make_executor(
+                executor,
+                workers=size,
+                device=device,
+                ray_address=ray_address,
+                interruption=interruption,
+            )
+            interruption.claim_signals()  # ray.init installs a SIGTERM handler of its own
+            return made
 
-        # the run's wall time counts even if it is killed with every judge still busy
-        alive = store.heartbeat() if todo else contextlib.nullcontext()
-        with alive:
-            for record in (r for r in todo if r.unreadable is not None):
-                keep(record, unreadable_row(record))
+        pool = executor_of(workers)
+        try:
+            store = ResultStore.open(out_dir, resume=resume, settings=settings)
+        except BaseException:
+            pool.close()
+            raise
+        try:
+            interruption.begin_judging()
+            outcome = _judge_and_report(
+                records,
+                corpus_ids,
+                store,
+                settings,
+                out_dir,
+                pool,
+                executor_of,
+                interruption,
+                resolved_format=resolved_format,
+                device=device,
+                timeout=timeout,
+                seed=seed,
+                retry_errors=retry_errors,
+                rejudge=rejudge,
+                rejudge_records=rejudge_records,
+                on_plan=on_plan,
+                on_row=on_row,
+            )
+            if interruption.signum is not None:  # it came during the report, written whole
+                raise AuditInterrupted(interruption.signum, report_written=True)
+            return outcome
+        except AuditInterrupted as stop:
+            interruption.wait_for_judges(min(JUDGES_GONE_SECONDS, interruption.seconds_left()))
+            wanted = {record.id for record in records}
+            kept = len(store.done_ids() & wanted)
+            written = stop.report_written or report_within(
+                out_dir, store, settings, corpus_ids, interruption
+            )
+            raise AuditInterrupted(
+                stop.signum,
+                rows_kept=kept,
+                records_left=len(wanted) - kept,
+                report_written=written,
+            ) from None
+        except BaseException:  # the audit failed: its judges must not outlive it
+            interruption.close()
+            interruption.wait_for_judges()
+            raise
+        finally:
+            store.close()
+            pool.close()
 
-            def judge_deferred(records: list[CorpusRecord], sizes: list[int] | None = None) -> None:
-                """Once more with fewer judges beside them, then one at a time with the
-                machine to itself; what fails alone is the record's own row."""
-                for few in retry_pool_sizes(pool.workers) if sizes is None else sizes:
-                    if not records:
-                        return
-                    retry = make_executor(
-                        executor, workers=few, device=device, ray_address=ray_address
-                    )
-                    again: list[CorpusRecord] = []
-                    try:
-                        for record, row in retry.judge_all(records, options):
+
+def _judge_and_report(
+    records: list[CorpusRecord],
+    corpus_ids: list[str],
+    store: ResultStore,
+    settings: dict[str, Any],
+    out_dir: Path,
+    pool: Executor,
+    executor_of: Callable[[int | None], Executor],
+    interruption: Interruption,
+    *,
+    resolved_format: str,
+    device: str,
+    timeout: float,
+    seed: int,
+    retry_errors: bool,
+    rejudge: tuple[str, ...],
+    rejudge_records: tuple[str, ...],
+    on_plan: Callable[[AuditPlan], None] | None,
+    on_row: Callable[[dict[str, Any]], None] | None,
+) -> AuditOutcome:
+    """Judge every record of ``records`` without a row in ``store``, then write the report.
+
+    Every row is stored only after ``interruption.check()``: once a stop is asked, nothing
+    more is stored or deferred, so a record whose judge the stop killed has no row (and
+    does not pass for a memory failure).
+    """
+
+    def forget(ids: set[str]) -> None:
+        """Drop the rows of ``ids`` and their judges' results: judged afresh."""
+        store.forget(ids)
+        for record_id in ids:
+            result_path(out_dir, record_id).unlink(missing_ok=True)
+
+    if retry_errors:  # a judge killed for memory, say: the candidate was never judged
+        troubled = store.ids_where(memory_failure)
+        forget(store.error_ids() | troubled)
+        for record_id in troubled:  # memory was the trouble: the pool would repeat it
+            store.defer_alone(record_id, "retried after a memory failure")
+    store.set_corpus(corpus_ids)  # the report says which records still lack a row
+    for gate in rejudge:  # that gate changed since those rows were judged
+        forget(store.failed_ids(gate))
+    forget(set(rejudge_records))
+    done = store.done_ids()
+    position = {record.id: index for index, record in enumerate(records)}
+    todo = [r for r in records if r.id not in done]
+    if on_plan is not None:
+        on_plan(
+            AuditPlan(len(records), len(records) - len(todo), resolved_format, pool.description)
+        )
+    options = AuditOptions(str(out_dir.resolve()), device=device, timeout=timeout, seed=seed)
+    interruption.check()
+    if todo:
+        store.begin_run({"workers": pool.workers, "executor": pool.description})
+
+    def keep(record: CorpusRecord, row: dict[str, Any]) -> None:
+        interruption.check()  # after a stop, rows are those of killed judges: none is stored
+        store.put(position[record.id], row)
+        if on_row is not None:
+            on_row(row)
+
+    # the run's wall time counts even if it is killed with every judge still busy
+    alive = store.heartbeat() if todo else contextlib.nullcontext()
+    with alive:
+        for record in (r for r in todo if r.unreadable is not None):
+            keep(record, unreadable_row(record))
+
+        def judge_deferred(records: list[CorpusRecord], sizes: list[int] | None = None) -> None:
+            """Once more with fewer judges beside them, then one at a time with the
+            machine to itself; what fails alone is the record's own row."""
+            for few in retry_pool_sizes(pool.workers) if sizes is None else sizes:
+                if not records:
+                    return
+                interruption.check()
+                retry = executor_of(few)
+                again: list[CorpusRecord] = []
+                try:
+                    with contextlib.closing(retry.judge_all(records, options)) as rows:
+                        for record, row in rows:
+                            interruption.check()
                             if few > 1 and memory_failure(row):
                                 again.append(record)  # still deferred in the store
                             else:
                                 keep(record, row | {"judged_alone": few == 1, "retry_pool": few})
-                    finally:
-                        retry.close()
-                    records = again
+                finally:
+                    retry.close()
+                records = again
 
-            # Records an earlier run deferred (judges killed from outside, or out of GPU
-            # memory, beside other judges) start at once, a few at a time, beside a pool
-            # that judges the rest with the remaining workers: behind the pool, in a run
-            # stopped at a deadline, they would never start, and before it, the machine
-            # would idle while a few large records finish.
-            deferred_ids = store.alone_ids()
-            earlier = [r for r in todo if r.id in deferred_ids]
-            readable = [r for r in todo if r.unreadable is None and r.id not in deferred_ids]
-            few, *then = retry_pool_sizes(pool.workers)
-            beside = few if earlier and readable and pool.workers > few else 0
-            main, retry = pool, None
-            if beside:
-                main, retry = (
-                    make_executor(executor, workers=n, device=device, ray_address=ray_address)
-                    for n in (pool.workers - beside, beside)
-                )
-            else:
-                judge_deferred(earlier)
-            streams = [main.judge_all(readable, options)]
-            if retry is not None:
-                streams.append(retry.judge_all(earlier, options))
-            newly_deferred: list[CorpusRecord] = []
-            still_deferred: list[CorpusRecord] = []
-            try:
-                for index, (record, row) in side_by_side(*streams):
-                    if index == 1:  # an earlier run's deferred record, beside the pool
-                        if memory_failure(row):
-                            still_deferred.append(record)
-                        else:
-                            keep(record, row | {"judged_alone": False, "retry_pool": few})
-                    elif memory_failure(row) and (main.workers > 1 or beside):
-                        reason = str(row.get("reason") or "device memory incident")
-                        store.defer_alone(record.id, reason)
-                        newly_deferred.append(record)
+        # Records an earlier run deferred (judges killed from outside, or out of GPU
+        # memory, beside other judges) start at once, a few at a time, beside a pool
+        # that judges the rest with the remaining workers: behind the pool, in a run
+        # stopped at a deadline, they would never start, and before it, the machine
+        # would idle while a few large records finish.
+        deferred_ids = store.alone_ids()
+        earlier = [r for r in todo if r.id in deferred_ids]
+        readable = [r for r in todo if r.unreadable is None and r.id not in deferred_ids]
+        few, *then = retry_pool_sizes(pool.workers)
+        beside = few if earlier and readable and pool.workers > few else 0
+        main, retry = pool, None
+        if beside:
+            main, retry = (executor_of(n) for n in (pool.workers - beside, beside))
+        else:
+            judge_deferred(earlier)
+        streams = [main.judge_all(readable, options)]
+        if retry is not None:
+            streams.append(retry.judge_all(earlier, options))
+        newly_deferred: list[CorpusRecord] = []
+        still_deferred: list[CorpusRecord] = []
+        arriving = side_by_side(*streams)
+        try:
+            for index, (record, row) in arriving:
+                interruption.check()  # a killed judge's row is no memory failure
+                if index == 1:  # an earlier run's deferred record, beside the pool
+                    if memory_failure(row):
+                        still_deferred.append(record)
                     else:
-                        keep(record, row)
-            finally:
-                for side in (main, retry):
-                    if side is not None and side is not pool:
-                        side.close()
-            judge_deferred(still_deferred, then or [1])
-            judge_deferred(newly_deferred)
-        summary = write_report(out_dir, store.rows(), settings, store.runs(), corpus_ids)
-        return AuditOutcome(len(records), len(todo), out_dir, summary)
-    finally:
-        store.close()
-        pool.close()
+                        keep(record, row | {"judged_alone": False, "retry_pool": few})
+                elif memory_failure(row) and (main.workers > 1 or beside):
+                    reason = str(row.get("reason") or "device memory incident")
+                    store.defer_alone(record.id, reason)
+                    newly_deferred.append(record)
+                else:
+                    keep(record, row)
+        except BaseException:  # the judges first: then the streams can close (below)
+            interruption.close()
+            raise
+        finally:
+            arriving.close()
+            for side in (main, retry):
+                if side is not None and side is not pool:
+                    side.close()
+        interruption.check()  # a stopped executor ends its stream early, without a row
+        judge_deferred(still_deferred, then or [1])
+        judge_deferred(newly_deferred)
+    interruption.check()
+    summary = write_report(out_dir, store.rows(), settings, store.runs(), corpus_ids)
+    return AuditOutcome(len(records), len(todo), out_dir, summary)
