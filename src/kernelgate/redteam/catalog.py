@@ -246,6 +246,20 @@ DEFECTS: tuple[Entry, ...] = (
         "x * scale + 0.0 (a fused bias add left over): -0.0 comes back as +0.0",
         ("EXC-02",),
     ),
+    # issue 17, item 1: dims whose probe fails, and sizes that shape only parameters
+    _d(
+        "batch_baked_into_view",
+        "linear_batchnorm",
+        "batch statistics over h.view(8, features, -1): the benchmark's batch size baked in "
+        "(the reference's BatchNorm raises at batch 1)",
+        ("CMP-03",),
+    ),
+    _d(
+        "hidden_baked_into_kernel",
+        "mlp_hidden",
+        "fused MLP with one block of 16 hidden units (the benchmark's hidden width), no loop",
+        ("CMP-03",),
+    ),
 )
 
 CONTROLS: tuple[Entry, ...] = (
@@ -272,6 +286,9 @@ CONTROLS: tuple[Entry, ...] = (
     _c("torch_matmul", "matmul"),
     _c("torch_cross_entropy", "cross_entropy"),
     _c("torch_row_sum", "row_sum"),
+    # issue 17, item 1: dims whose probe fails, and sizes that shape only parameters
+    _c("linear_batchnorm", "linear_batchnorm"),
+    _c("mlp_hidden", "mlp_hidden"),
 )
 
 
