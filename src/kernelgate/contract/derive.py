@@ -45,9 +45,13 @@ from kernelgate.sandbox.wire import dtype_name
 
 PROBE_VALUES = (1, 2, 3, 4, 5, 7, 11, 13)  # small sizes and primes, beside the reference's
 PROBE_NUMEL_LIMIT = 1 << 24  # a CPU probe's input elements, or the reference's where larger
-CHECK_ROUNDS = 2  # rounds of probes inside a fitted range before it is stated
+CHECK_ROUNDS = 4  # rounds of probes inside a fitted range before it is stated
 CHECKS_PER_ROUND = 3
-META_SECONDS = 5.0  # a meta-device run slower than this is left for the CPU (recurrent nets)
+# A meta-device run slower than this is left for the CPU (the meta device runs a recurrent
+# network step by step in Python). The reference's own run gets longer: the first meta run
+# of a process also pays for torch's lazy imports and first-call set-up (3 s seen).
+META_SECONDS = 20.0
+PROBE_META_SECONDS = 5.0
 PROBE_SECONDS = 10.0  # one probe; a slower one is not probed
 DERIVE_SECONDS = 60.0  # all probes of one derivation; probes past it are not probed
 STRUCTURE_SEED = 43  # get_inputs() is seeded 42 everywhere else; zeros both share are built in
@@ -76,6 +80,8 @@ def shape_run(
     of the CPU attempt propagate: that is the reference failing.
     """
     try:
+        if meta_seconds <= 0:
+            raise NotImplementedError("the meta device is known not to run this reference")
         mode = mode_factory()
         meta_model = copy.deepcopy(model).to("meta")
         with time_limit(meta_seconds), mode:
@@ -122,13 +128,14 @@ class Probe:
     outputs: Shapes | None = None
     state: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     error: str | None = None
+    meta_outputs: list[Any] | None = None  # the outputs themselves, where made on meta
 
 
 @dataclass
 class Prober:
     """Runs the reference with sizes rebound: on the meta device where it runs there within
-    ``META_SECONDS``, on the CPU otherwise, each probe within ``PROBE_SECONDS`` and all of
-    them within ``DERIVE_SECONDS``; a probe cut off is ``not_probed``."""
+    ``PROBE_META_SECONDS``, on the CPU otherwise, each probe within ``PROBE_SECONDS`` and all
+    of them within ``DERIVE_SECONDS``; a probe cut off is ``not_probed``."""
 
     program: ReferenceProgram
     reference_numel: int
@@ -140,7 +147,9 @@ class Prober:
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.seconds
 
-    def run(self, sizes: dict[str, int], cpu: bool = True) -> Probe:
+    def run(
+        self, sizes: dict[str, int], cpu: bool = True, meta_seconds: float = PROBE_META_SECONDS
+    ) -> Probe:
         """The reference at ``sizes``; ``cpu=False``: on the meta device only (a probe the
         meta device cannot judge comes back ``not_probed``)."""
         value = next(iter(sizes.values()), 0)
@@ -148,32 +157,44 @@ class Prober:
         if left <= 0:
             return Probe(value, NOT_PROBED, error=f"the {self.seconds:g} s of probing are spent")
         self.runs += 1
-        limit = min(PROBE_SECONDS, left)
+        limit = min(max(PROBE_SECONDS, meta_seconds), left)
         try:
             with time_limit(limit), torch.no_grad():
-                return self._run(sizes, value, cpu)
+                return self._run(sizes, value, cpu, meta_seconds)
         except Expired:
             return Probe(value, NOT_PROBED, error=f"took longer than {limit:.3g} s")
 
-    def _run(self, sizes: dict[str, int], value: int, cpu: bool) -> Probe:
+    def _run(self, sizes: dict[str, int], value: int, cpu: bool, meta_seconds: float) -> Probe:
         program = self.program
         with program.rebound(**sizes):
             meta_inputs: list[Any] | None = None
             meta_model: torch.nn.Module | None = None
             state = None
-            with contextlib.suppress(Exception), torch.device("meta"):
-                meta_inputs = program.inputs(seed=42)
-            with contextlib.suppress(Exception), torch.device("meta"):
-                meta_model = program.build_model(program.init_inputs())
-                state = _state_shapes(meta_model)
+            errors: list[Exception] = []  # get_inputs, then the constructor, on meta
+            try:
+                with torch.device("meta"):
+                    meta_inputs = program.inputs(seed=42)
+            except Exception as exc:
+                errors.append(exc)
+            try:
+                with torch.device("meta"):
+                    meta_model = program.build_model(program.init_inputs())
+                    state = _state_shapes(meta_model)
+            except Exception as exc:
+                errors.append(exc)
+            failure = next((e for e in errors if not _meta_artifact(e)), None)
+            if self.meta_runs and failure is not None:  # both ran on meta at the reference
+                shapes = None if meta_inputs is None else _shapes(meta_inputs)
+                return Probe(value, FAILED, shapes, None, state, _error(failure))
             if self.meta_runs and meta_inputs is not None and meta_model is not None:
                 started = time.monotonic()
                 try:
-                    with time_limit(META_SECONDS):
+                    with time_limit(meta_seconds):
                         outputs = flatten_outputs(meta_model(*meta_inputs))
-                    return Probe(value, PASSED, _shapes(meta_inputs), _shapes(outputs), state)
+                    shapes = _shapes(meta_inputs), _shapes(outputs)
+                    return Probe(value, PASSED, *shapes, state, meta_outputs=outputs)
                 except Expired:
-                    if not cpu or time.monotonic() - started < META_SECONDS:
+                    if not cpu or time.monotonic() - started < meta_seconds:
                         raise  # the probe's own time is out
                     self.meta_runs = False  # slow on meta: the CPU from now on
                 except Exception as exc:
@@ -328,7 +349,7 @@ def _moved(base: tuple[Shapes, Shapes], probe: Probe) -> set[tuple[int, int, int
 
 
 def derive_dims(
-    program: ReferenceProgram, model: torch.nn.Module, inputs: list[Any], outputs: list[Any]
+    prober: Prober, model: torch.nn.Module, inputs: list[Any], outputs: list[Any]
 ) -> tuple[list[Dim], dict[tuple[int, int, int], str], list[str]]:
     """Every module-level size that moves a tensor axis or a parameter shape, as a ``Dim``;
     the tensor axes named after each (first size wins); the sizes no probe could run at.
@@ -338,8 +359,8 @@ def derive_dims(
     only. A size that moves nothing at its first two probes (and fails at neither) is a
     hyperparameter and is probed no further.
     """
-    prober = Prober(program, _numel(inputs))
-    prober.meta_runs = prober.run({}, cpu=False).outcome == PASSED
+    program = prober.program
+    prober.deadline = time.monotonic() + prober.seconds  # the probing time starts here
     state = _state_shapes(model)
     base = (_shapes(inputs), _shapes(outputs))
     sizes = {name: value for name, value in program.sizes.items() if value >= 1}
@@ -385,8 +406,16 @@ def derive_dims(
 def derive_contract(program: ReferenceProgram) -> Contract:
     inputs = program.inputs(seed=42)
     model = program.build_model(program.init_inputs())
-    outputs, _ = shape_run(model, inputs)
-    dims, symbol, unprobed = derive_dims(program, model, inputs, outputs)
+    prober = Prober(program, _numel(inputs))
+    reference = prober.run({}, cpu=False, meta_seconds=META_SECONDS)
+    prober.meta_runs = reference.outcome == PASSED
+    # The model built on meta (not copied there: a forward that closes over a submodule,
+    # minGPT's ``self.mlpf = lambda x: m.c_proj(...)``, keeps a copy's submodule on the CPU).
+    if reference.meta_outputs is not None:
+        outputs = reference.meta_outputs
+    else:
+        outputs, _ = shape_run(model, inputs, meta_seconds=0)
+    dims, symbol, unprobed = derive_dims(prober, model, inputs, outputs)
 
     resampled = program.inputs(seed=STRUCTURE_SEED)  # a second draw, for zero structure
     specs: list[TensorSpec | ScalarSpec] = []
