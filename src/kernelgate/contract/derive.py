@@ -293,7 +293,11 @@ def _at(probes: dict[int, Probe], values: list[int]) -> str:
 
 
 def _dim(name: str, reference: int, probes: dict[int, Probe]) -> Dim:
-    """The dim ``name`` as the probes allow it: ranged, or fixed with the reason."""
+    """The dim ``name`` as the probes allow it: ranged, or fixed with the reason.
+
+    It varies only if its fitted set holds a size other than the reference that the
+    reference was seen to run at: a set supported by no run (every probe failed or was too
+    large to try) is not claimed."""
     passed, failed = _values(probes, PASSED), _values(probes, FAILED)
     record = {"passed": passed, "failed": failed, "not_probed": _values(probes, NOT_PROBED)}
     lo, hi, multiple = fit_range(reference, passed, failed)
@@ -305,6 +309,8 @@ def _dim(name: str, reference: int, probes: dict[int, Probe]) -> Dim:
             )
         elif not passed:
             why = f"the reference fails at every probed size: {_at(probes, failed)}"
+            if record["not_probed"]:  # a consistent set may remain there, but nothing seen run
+                why += f"; not probed: {', '.join(map(str, record['not_probed']))}"
         else:
             why = (
                 f"no range or divisibility holds the sizes the reference runs at "
