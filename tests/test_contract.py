@@ -47,12 +47,20 @@ def test_softmax_contract_names_its_dims() -> None:
 
 
 def test_a_size_the_reference_rejects_is_fixed(tmp_path: Path) -> None:
+    """A size is fixed only when the reference fails at every other size probed (the
+    weight pins HIDDEN), and the contract says why; one failing probe no longer fixes a
+    size (see tests/test_dims.py: it bounds the range instead)."""
     path = tmp_path / "ref.py"
     path.write_text(FIXED_SIZE_REFERENCE)
     contract = derive_contract(load_reference(path))
     dims = {d.name: d for d in contract.dims}
-    assert dims["N"].varies is True
-    assert dims["HIDDEN"].varies is False  # the weight pins it; found by running the reference
+    assert dims["N"].varies is True and dims["N"].min == 1 and dims["N"].fixed_because is None
+    hidden = dims["HIDDEN"]
+    assert hidden.varies is False  # the weight pins it; found by running the reference
+    assert hidden.probes is not None and not hidden.probes["passed"]
+    assert {1, 7, 9, 16} <= set(hidden.probes["failed"])
+    assert hidden.fixed_because and "the width is fixed by the weight" in hidden.fixed_because
+    assert hidden.admits(8) and not hidden.admits(9)
 
 
 def test_json_roundtrip_is_lossless() -> None:

@@ -6,7 +6,7 @@ import json
 import tomllib
 from pathlib import Path
 
-from kernelgate.contract.spec import CONTRACT_SCHEMA, Contract
+from kernelgate.contract.spec import CONTRACT_SCHEMA, READABLE_SCHEMAS, Contract
 from kernelgate.errors import ContractError
 
 
@@ -25,10 +25,12 @@ def load_contract(path: str | Path) -> Contract:
             f"contract {path} is not valid {path.suffix[1:].upper()}: {exc}"
         ) from None
     schema = data.setdefault("schema", CONTRACT_SCHEMA)
-    if schema != CONTRACT_SCHEMA:
+    if schema not in READABLE_SCHEMAS:
         raise ContractError(
-            f"contract {path} has schema {schema!r}; this kernelgate reads {CONTRACT_SCHEMA!r}"
+            f"contract {path} has schema {schema!r}; this kernelgate reads "
+            f"{', '.join(map(repr, READABLE_SCHEMAS))}"
         )
+    data["schema"] = CONTRACT_SCHEMA  # an older form reads as the same contract in this one
     data.setdefault("provenance", {"source": "file", "detail": str(path)})
     try:
         return Contract.from_dict(data)

@@ -14,7 +14,10 @@ from typing import Any
 
 from kernelgate.serde import Serializable
 
-CONTRACT_SCHEMA = "kernelgate.contract/1"
+CONTRACT_SCHEMA = "kernelgate.contract/2"
+# Older ids this reader still reads: /1 lacks only the dims' derivation fields (``Dim``'s
+# ``fixed_because``, ``restricted_because``, ``probes``), whose defaults say "not derived".
+READABLE_SCHEMAS = ("kernelgate.contract/1", CONTRACT_SCHEMA)
 
 
 class Layout(StrEnum):
@@ -54,6 +57,13 @@ class Dim(Serializable):
 
     ``reference`` is the value at the reference shape. ``max=None`` means no stated upper
     bound: gates that draw large sizes pick them within the memory they have.
+
+    A derived dim (``contract.derive``) says what its range rests on: ``probes`` holds the
+    sizes the reference was run at (``passed``, ``failed``, ``not_probed``: too large to
+    try), ``restricted_because`` why ``min``, ``max`` or ``multiple_of`` are not the widest
+    (the reference's error at the probes they exclude), and ``fixed_because`` why a dim
+    that does not vary cannot. A dim may name no tensor axis: a constructor size that shapes
+    only parameters (a hidden width, a group count) is varied by rebuilding the model.
     """
 
     name: str
@@ -62,6 +72,9 @@ class Dim(Serializable):
     max: int | None = None
     multiple_of: int = 1
     varies: bool = True
+    fixed_because: str | None = None
+    restricted_because: str | None = None
+    probes: dict[str, list[int]] | None = None
 
     def admits(self, value: int) -> bool:
         if not self.varies:

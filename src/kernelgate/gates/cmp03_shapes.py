@@ -4,13 +4,17 @@ The reference's module-level sizes are rebound (``ReferenceProgram.rebound``) to
 from the contract's dims (``inputs.shapes``: size 1, block size +- 1, primes, non-powers of
 two, large), ``get_inputs``/``get_init_inputs`` are called again, and when the init inputs
 change both the candidate (in the worker) and the oracle model are rebuilt with KernelBench's
-seeding. Outputs are judged through ``ctx.assess``. On failure the evidence states the
-sub-domain that passed, per dim, in contract form (min/max/multiple_of, or the dim fixed),
-confirmed by up to ``CONFIRM_ROUNDS`` extra shapes inside it.
+seeding. The shapes are spread over every varying dim, batch-like leading dims first
+(``inputs.shapes.choose``); the evidence lists the dims varied and, for every other dim, why
+not (the contract fixes it, it is not rebindable, nothing admitted fits the caps, the case
+budget ran out). Outputs are judged through ``ctx.assess``. On failure the evidence states
+the sub-domain that passed, per dim, in contract form (min/max/multiple_of, or the dim
+fixed), confirmed by up to ``CONFIRM_ROUNDS`` extra shapes inside it.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import torch
@@ -23,8 +27,9 @@ from kernelgate.inputs.shapes import (
     CPU_ELEMENT_CAP,
     DEVICE_ELEMENT_CAP,
     LARGE_FACTOR,
-    MAX_CASES,
     ShapePoint,
+    batch_like,
+    case_budget,
     choose,
     input_elements,
     sizes_an_input,
@@ -42,10 +47,20 @@ class ShapesGate(Gate):
     def run(self, ctx: GateContext) -> GateResult:
         program = ctx.oracle.program
         varying = [d for d in ctx.contract.dims if d.varies]
+        # dim -> why no held-out shape moves it: the contract's reason, then the gate's
+        not_varied = {
+            d.name: f"fixed by the contract: {d.fixed_because or 'no reason stated'}"
+            for d in ctx.contract.dims
+            if not d.varies
+        }
         if not varying:
-            return self.skipped("the contract fixes every dim: no held-out shape is admitted")
+            return self.skipped(
+                "the contract fixes every dim: no held-out shape is admitted"
+                + "".join(f"; {name} {why}" for name, why in not_varied.items())
+            )
         rebindable = [d for d in varying if d.name in program.sizes]
         unbound = [d.name for d in varying if d.name not in program.sizes]
+        not_varied |= {name: "not a module-level size of the reference" for name in unbound}
         if not rebindable:
             return self.skipped(
                 f"no varying dim ({', '.join(unbound)}) is a module-level size of the "
@@ -57,9 +72,11 @@ class ShapesGate(Gate):
             cap,
             frozenset(d.name for d in rebindable if sizes_an_input(ctx.contract, d.name)),
         )
-        points, pools = choose(
+        plan = choose(
             ctx.contract, rebindable, ctx.case_seed(self.id, -1), cap, self._footprint.admits
         )
+        points, pools = plan.points, plan.pools
+        not_varied |= plan.unvaried
         self._ctx, self._results, self._first_failure = ctx, [], None
         self._worst, self._model, self._params = 0.0, "", {}
         for index, point in enumerate(points):
@@ -93,9 +110,13 @@ class ShapesGate(Gate):
             else "device",
             "large_factor": LARGE_FACTOR,
             **self._footprint.evidence(),
-            "max_cases": MAX_CASES,
+            "max_cases": case_budget(len(rebindable)),
             "shapes": self._results,
             "pools": pools,
+            "dim_order": plan.order,
+            "batch_like_dims": [n for n in plan.order if batch_like(ctx.contract, n)],
+            "dims_varied": list(dict.fromkeys(p.dim for p in points)),
+            "dims_not_varied": not_varied,
             "dims_not_rebindable": unbound,
             "confirmations": [c["label"] for c in confirmations if c],
         }
@@ -103,8 +124,7 @@ class ShapesGate(Gate):
         if self._first_failure is not None:
             evidence[SUB_DOMAIN] = {"dims": sub} if sub else None
             narrowed = "; ".join(
-                describe_dim(dims[name].__class__(**{**dims[name].to_dict(), **fields}))
-                for name, fields in sub.items()
+                describe_dim(replace(dims[name], **fields)) for name, fields in sub.items()
             )
             self._first_failure.reason += f" (passing sub-domain: {narrowed or 'none'})"
             self._first_failure.evidence = evidence
@@ -114,9 +134,10 @@ class ShapesGate(Gate):
                 "the reference could not be evaluated at any held-out shape: "
                 + "; ".join(f"{r['label']}: {r.get('detail', '')}" for r in self._results)
             )
+        unmoved = f"; not varied: {', '.join(not_varied)}" if not_varied else ""
         return self.passed(
             f"{len(judged)} held-out shapes ({', '.join(r['label'] for r in judged)}) within "
-            f"the {evidence['error_model']} bound (worst error/bound {self._worst:.3g})",
+            f"the {evidence['error_model']} bound (worst error/bound {self._worst:.3g})" + unmoved,
             evidence,
         )
 
@@ -223,7 +244,7 @@ class ShapesGate(Gate):
         fresh = []
         for name, fields in sub.items():
             dim = dims[name]
-            narrowed = dim.__class__(**{**dim.to_dict(), **fields})
+            narrowed = replace(dim, **fields)
             if not narrowed.varies:
                 continue
             candidates = sorted(

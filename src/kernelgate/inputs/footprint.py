@@ -32,9 +32,10 @@ from kernelgate.formats.kernelbench import Footprint, ReferenceProgram
 FOOTPRINT_FACTOR = 4  # a size holds and computes at most this many times the reference case
 FLOPS_PER_CAPPED_ELEMENT = 1024  # the flop limit's floor, per element of the cap
 FOOTPRINT_SECONDS = 30.0  # meta-device measuring per gate run
+IMPORT_GRACE_SECONDS = 0.05  # a limit that falls inside an import is retried this much later
 
 
-class _Expired(BaseException):
+class Expired(BaseException):
     """Raised into a measurement that ran out of time; a BaseException, so that the
     reference's own ``except Exception`` (and ``footprint``'s) cannot swallow it."""
 
@@ -42,24 +43,45 @@ class _Expired(BaseException):
 _EXPIRED = object()  # what ``FootprintLimit._measure`` returns for a measurement cut off
 
 
+def _importing(frame: Any) -> bool:
+    """Whether ``frame`` runs inside an import (torch imports modules lazily, on first use)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    """Raise ``_Expired`` in the block after ``seconds``: in the main thread only, where
-    signals arrive; elsewhere the block runs without a limit."""
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise ``Expired`` in the block after ``seconds``: in the main thread only, where
+    signals arrive; elsewhere the block runs without a limit. Nests: inside another limit
+    the block gets the smaller of the two, and the outer limit runs on afterwards. Never
+    inside an import: the limit waits for it to finish (a module whose import was cut off
+    stays half-initialised in ``sys.modules``, and every later use of it fails)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def expire(signum: int, frame: Any) -> None:
-        raise _Expired
+        if _importing(frame):  # an import cut off leaves its module half made, for good
+            signal.setitimer(signal.ITIMER_REAL, IMPORT_GRACE_SECONDS)
+            return
+        raise Expired
 
+    outer_left = signal.getitimer(signal.ITIMER_REAL)[0]  # 0.0: no limit outside
+    started = time.monotonic()
+    own = max(seconds, 1e-3)
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    signal.setitimer(signal.ITIMER_REAL, min(own, outer_left) if outer_left > 0 else own)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer_left > 0:
+            left = outer_left - (time.monotonic() - started)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3))
 
 
 class FootprintLimit:
@@ -142,9 +164,9 @@ class FootprintLimit:
     def _measure(self, sizes: dict[str, int]) -> Any:
         """The footprint at ``sizes``, None (not measurable) or ``_EXPIRED``."""
         try:
-            with _time_limit(self.deadline - time.monotonic()):
+            with time_limit(self.deadline - time.monotonic()):
                 return self.program.footprint(**sizes)
-        except _Expired:
+        except Expired:
             return _EXPIRED
 
     def evidence(self) -> dict[str, Any]:

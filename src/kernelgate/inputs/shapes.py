@@ -14,7 +14,8 @@ tried for a dim come from named families:
 
 Only values the ``Dim`` admits are used (min/max/multiple_of/varies). One dim moves at a time,
 the others stay at their reference sizes, so a failure names the dim that caused it. The
-subset is chosen deterministically from the seed and bounded by ``MAX_CASES``.
+subset is chosen deterministically from the seed, spread over every varying dim (batch-like
+leading dims first, one shape per dim per round) and bounded by ``case_budget``.
 
 A dim that sizes no input tensor (``kernel_size``, ``out_features``) grows the weights,
 outputs and work instead, which the input cap cannot see: ``choose`` also asks an
@@ -25,12 +26,13 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from kernelgate.contract.spec import Contract, Dim, TensorSpec
 
 MAX_CASES = 8  # shapes per CMP-03 run (before the confirmation cases of a narrowing)
+MAX_CASES_WIDE = 12  # ... raised to one per varying dim, up to this many
 CPU_ELEMENT_CAP = 1 << 16  # total input elements per case under the Triton interpreter
 DEVICE_ELEMENT_CAP = 1 << 24  # total input elements per case on a GPU
 LARGE_FACTOR = 16  # "large" is at most this many times the reference size (or LARGE_FLOOR)
@@ -100,56 +102,118 @@ def families(dim: Dim, fits: int) -> dict[str, list[int]]:
     return pools
 
 
+def batch_like(contract: Contract, name: str) -> bool:
+    """Whether dim ``name`` is the leading axis of some tensor input (a batch)."""
+    return any(spec.shape[:1] == [name] for spec in contract.tensor_inputs)
+
+
+def _rank(contract: Contract, name: str) -> int:
+    """0 batch-like, 1 sizes another input axis, 2 sizes outputs only, 3 no tensor at all
+    (a size that shapes only parameters)."""
+    if batch_like(contract, name):
+        return 0
+    if sizes_an_input(contract, name):
+        return 1
+    if any(name in spec.shape for spec in contract.outputs):
+        return 2
+    return 3
+
+
+def case_budget(varying: int) -> int:
+    """Shapes per CMP-03 run: ``MAX_CASES``, raised to one case per varying dim up to
+    ``MAX_CASES_WIDE`` so that a reference with many sizes still has each one moved."""
+    return max(MAX_CASES, min(varying, MAX_CASES_WIDE))
+
+
+@dataclass
+class ShapePlan:
+    """The held-out shapes of one CMP-03 run, the pools they came from, and why a dim that
+    the contract lets vary got no shape (``unvaried``)."""
+
+    points: list[ShapePoint]
+    pools: dict[str, dict[str, list[int]]]
+    order: list[str]
+    unvaried: dict[str, str]
+
+
+def _turns(pool: dict[str, list[int]], rng: random.Random) -> Iterator[tuple[str, int]]:
+    """A dim's values in the order they are tried: the families in turn (min, block, large,
+    prime, npot), a seeded draw within each."""
+    shuffled = {name: rng.sample(values, len(values)) for name, values in pool.items()}
+    while any(shuffled.values()):
+        for name in FAMILIES:
+            if shuffled.get(name):
+                yield name, shuffled[name].pop()
+
+
+def _pool(contract: Contract, dim: Dim, cap: int) -> dict[str, list[int]]:
+    per_unit = max(
+        input_elements(contract, {dim.name: 2}) - input_elements(contract, {dim.name: 1}), 1
+    )
+    fixed = input_elements(contract, {dim.name: 0})
+    budget = max(cap, input_elements(contract, {}))
+    fits = max((budget - fixed) // per_unit, 1)
+    # Every value must fit the budget by its exact element count: a dim used twice in one
+    # input (B, T, T) grows the inputs faster than the linear ``fits`` estimate.
+    return {
+        name: [v for v in values if input_elements(contract, {dim.name: v}) <= budget]
+        for name, values in families(dim, fits).items()
+    }
+
+
 def choose(
     contract: Contract,
     dims: list[Dim],
     seed: int,
     cap: int,
     affordable: Affordable | None = None,
-) -> tuple[list[ShapePoint], dict[str, dict[str, list[int]]]]:
-    """A seeded, bounded set of shape points over ``dims``, and every dim's candidate pools.
+) -> ShapePlan:
+    """A seeded, bounded set of shape points spread over every dim in ``dims``.
 
-    Each dim gets an equal share of ``MAX_CASES`` (at least one); families are visited in
-    turn (min, block, large, prime, npot) so every share covers the edge cases first. The
-    pools hold the values within the input cap; a drawn value that ``affordable`` refuses
-    (``FootprintLimit.admits``; asked only of drawn values, since measuring costs time) is
-    passed over.
+    Dims are visited batch-like first (the leading axis of an input), then other input
+    dims, output-only dims and parameter-only dims, one shape per dim per round, until
+    ``case_budget`` shapes are chosen or every pool is spent; so each dim gets a shape
+    before any gets a second, and a dim with few admitted sizes leaves its turns to the
+    others. Within a dim the families are visited in turn so its first shapes cover the
+    edge cases. The pools hold the values within the input cap; a drawn value that
+    ``affordable`` refuses (``FootprintLimit.admits``; asked only of drawn values, since
+    measuring costs time) is passed over.
     """
     rng = random.Random(seed)
-    order = list(dims)
-    if len(order) > MAX_CASES:
-        order = sorted(rng.sample(order, MAX_CASES), key=dims.index)
-    quota = max(1, MAX_CASES // max(len(order), 1))
-    pools: dict[str, dict[str, list[int]]] = {}
+    order = sorted(dims, key=lambda d: (_rank(contract, d.name), dims.index(d)))
+    budget = case_budget(len(order))
+    pools = {dim.name: _pool(contract, dim, cap) for dim in order}
+    turns = {dim.name: _turns(pools[dim.name], rng) for dim in order}
+    chosen: dict[str, list[ShapePoint]] = {dim.name: [] for dim in order}
+    refused: dict[str, int] = {dim.name: 0 for dim in order}
     points: list[ShapePoint] = []
+    active = [dim.name for dim in order]
+    while active and len(points) < budget:
+        for name in list(active):
+            if len(points) >= budget:
+                break
+            for family, value in turns[name]:
+                if any(p.value == value for p in chosen[name]):
+                    continue
+                if affordable is not None and not affordable(name, value):
+                    refused[name] += 1
+                    continue
+                chosen[name].append(ShapePoint(name, value, family))
+                points.append(chosen[name][-1])
+                break
+            else:
+                active.remove(name)
+    unvaried = {}
     for dim in order:
-        per_unit = max(
-            input_elements(contract, {dim.name: 2}) - input_elements(contract, {dim.name: 1}), 1
-        )
-        fixed = input_elements(contract, {dim.name: 0})
-        reference_total = input_elements(contract, {})
-        budget = max(cap, reference_total)
-        fits = max((budget - fixed) // per_unit, 1)
-        pool = families(dim, fits)
-        # Every value must fit the budget by its exact element count: a dim used twice in one
-        # input (B, T, T) grows the inputs faster than the linear ``fits`` estimate.
-        pool = {
-            name: [v for v in values if input_elements(contract, {dim.name: v}) <= budget]
-            for name, values in pool.items()
-        }
-        pools[dim.name] = pool
-        shuffled = {name: rng.sample(values, len(values)) for name, values in pool.items()}
-        chosen: list[ShapePoint] = []
-        while len(chosen) < quota and any(shuffled.values()):
-            for name in FAMILIES:
-                if shuffled[name] and len(chosen) < quota:
-                    value = shuffled[name].pop()
-                    if all(p.value != value for p in chosen) and (
-                        affordable is None or affordable(dim.name, value)
-                    ):
-                        chosen.append(ShapePoint(dim.name, value, name))
-        points.extend(chosen)
-    return points[:MAX_CASES], pools
+        if chosen[dim.name]:
+            continue
+        if not any(pools[dim.name].values()):
+            unvaried[dim.name] = f"no size it admits fits the element cap ({cap})"
+        elif refused[dim.name] and dim.name not in active:
+            unvaried[dim.name] = "every size it admits was refused by the footprint limit"
+        else:
+            unvaried[dim.name] = f"the case budget ({budget}) was spent on dims listed earlier"
+    return ShapePlan(points, pools, [dim.name for dim in order], unvaried)
 
 
 def sub_dim(dim: Dim, passing: list[int], failing: list[int]) -> Dim:

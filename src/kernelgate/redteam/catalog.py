@@ -309,6 +309,20 @@ DEFECTS: tuple[Entry, ...] = (
         "first call sums with torch.sum, later calls with a blocked Triton kernel",
         ("ORD-02",),
     ),
+    # issue 17, item 1: dims whose probe fails, and sizes that shape only parameters
+    _d(
+        "batch_baked_into_view",
+        "linear_batchnorm",
+        "batch statistics over h.view(8, features, -1): the benchmark's batch size baked in "
+        "(the reference's BatchNorm raises at batch 1)",
+        ("CMP-03",),
+    ),
+    _d(
+        "hidden_baked_into_kernel",
+        "mlp_hidden",
+        "fused MLP with one block of 16 hidden units (the benchmark's hidden width), no loop",
+        ("CMP-03",),
+    ),
 )
 
 CONTROLS: tuple[Entry, ...] = (
@@ -346,6 +360,9 @@ CONTROLS: tuple[Entry, ...] = (
     # issue 17, item 4: timing-adversarial instances
     _c("timed_block_size", "vector_add"),
     _c("autotuned_elementwise", "residual_scale"),
+    # issue 17, item 1: dims whose probe fails, and sizes that shape only parameters
+    _c("linear_batchnorm", "linear_batchnorm"),
+    _c("mlp_hidden", "mlp_hidden"),
 )
 
 
