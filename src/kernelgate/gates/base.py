@@ -603,12 +603,15 @@ class GateContext:
 
     def prefetch_instance(self) -> None:
         """Start a worker for the next ``fresh_instance`` now, so its start-up (importing
-        torch and Triton) overlaps the main instance's calls."""
+        torch and Triton) overlaps the main instance's calls. ``verify`` asks for one before
+        the first gate when ORD-02 will run: it waits there, unloaded, with no device
+        context, until a gate takes it."""
         if self._spare is None:
             self._spare = self._new_session()
 
     def close_spare(self) -> None:
-        """Stop a prefetched worker no gate took (``fresh_instance``)."""
+        """Stop a prefetched worker no gate took (``fresh_instance``); ``verify`` calls it
+        when the gates are done."""
         spare, self._spare = self._spare, None
         if spare is not None:
             spare.__exit__(None, None, None)
@@ -693,7 +696,5 @@ def run_gate(gate: Gate, ctx: GateContext) -> GateResult:
             result = gate.run(ctx)
         except GateAborted as aborted:
             result = gate.skipped(f"aborted by an execution incident: {aborted} (see RES-01)")
-        finally:
-            ctx.close_spare()
     result.seconds = round(time.monotonic() - started, 3)
     return result

@@ -1,8 +1,8 @@
-"""Control: max over short rows, 64 rows a program, with IEEE 754-2019's ``maximum`` on zeros:
-a row whose max is zero gives +0 when it holds a +0, else -0 (``torch.amax`` on the CPU keeps
-whichever zero comes first). Which of two equal values a max returns is left open by IEEE
-754-2008 and by PyTorch, so EXC-02 must accept either sign of such a zero. NaN is carried
-explicitly (``tl.max`` may drop it on a device).
+"""Control: max over short rows, up to 64 rows a program, with IEEE 754-2019's ``maximum``
+on zeros: a row whose max is zero gives +0 when it holds a +0, else -0 (``torch.amax`` on
+the CPU keeps whichever zero comes first). Which of two equal values a max returns is left
+open by IEEE 754-2008 and by PyTorch, so EXC-02 must accept either sign of such a zero. NaN
+is carried explicitly (``tl.max`` may drop it on a device).
 """
 
 import torch
@@ -36,8 +36,11 @@ class ModelNew(nn.Module):
         n_rows, n_cols = x.shape
         out = torch.empty(n_rows, dtype=x.dtype, device=x.device)
         block_cols = triton.next_power_of_2(n_cols)
-        grid = (triton.cdiv(n_rows, 64),)
+        # up to 64 short rows a program, but at most 2048 elements a tile: a whole long row
+        # in one tile of 64 rows would spill registers on a device (RES-02)
+        block_rows = max(1, min(64, 2048 // block_cols))
+        grid = (triton.cdiv(n_rows, block_rows),)
         _short_row_max[grid](
-            x, out, n_rows, n_cols, x.stride(0), BLOCK_ROWS=64, BLOCK_COLS=block_cols
+            x, out, n_rows, n_cols, x.stride(0), BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols
         )
         return out

@@ -32,8 +32,11 @@ class ModelNew(nn.Module):
         n_rows, n_cols = x.shape
         out = torch.empty(n_rows, dtype=x.dtype, device=x.device)
         block_cols = triton.next_power_of_2(n_cols)
-        grid = (triton.cdiv(n_rows, 64),)
+        # up to 64 short rows a program, but at most 2048 elements a tile: a whole long row
+        # in one tile of 64 rows would spill registers on a device (RES-02)
+        block_rows = max(1, min(64, 2048 // block_cols))
+        grid = (triton.cdiv(n_rows, block_rows),)
         _short_row_max[grid](
-            x, out, n_rows, n_cols, x.stride(0), BLOCK_ROWS=64, BLOCK_COLS=block_cols
+            x, out, n_rows, n_cols, x.stride(0), BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols
         )
         return out
