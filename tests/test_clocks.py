@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import kernelgate
+from kernelgate.gates import base
 from kernelgate.gates.base import Status
 from kernelgate.gates.cmp01_values import (
     CONFIG_INSTANCES_CAP,
@@ -367,11 +368,31 @@ def test_first_call_state_is_caught_by_a_fresh_instance() -> None:
     assert verdict.gate("CMP-01").status is Status.PASS  # both paths are accurate
     ord02 = verdict.gate("ORD-02")
     assert ord02.status is Status.FAIL
-    assert "fresh instance's first call" in ord02.reason and "main instance" in ord02.reason
-    assert (
-        ord02.counterexample.findings[0]["main_instance"]
-        != (ord02.counterexample.findings[0]["fresh_instance_1"])
+    # the main instance's own first call (CMP-01's first case, input A of ORD-02) already
+    # differs from its later answers to the same input
+    assert "main instance's first call" in ord02.reason, ord02.reason
+    finding = ord02.counterexample.findings[0]
+    assert finding["main_instance"] != finding["main_instance_first_call"]
+    instances = [i["instance"] for i in ord02.evidence["fresh_instances"]]
+    assert instances == ["main_instance"]  # caught before a new worker was needed
+
+
+def test_first_call_state_is_caught_by_new_workers_when_no_first_call_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the main instance's first call is not kept (too large to hold, here: nothing
+    is), two new workers judge the first call of input A."""
+    monkeypatch.setattr(base, "FIRST_CALL_KEPT_BYTES", 0)
+    defect = entries(["first_call_differs"])[0]
+    verdict = kernelgate.verify(
+        defect.reference_path, defect.candidate_path, only=["CMP-01", "ORD-02"]
     )
+    ord02 = verdict.gate("ORD-02")
+    assert ord02.status is Status.FAIL
+    assert "fresh instance's first call" in ord02.reason, ord02.reason
+    finding = ord02.counterexample.findings[0]
+    assert finding["main_instance"] != finding["fresh_instance_1"]
+    assert [i["instance"] for i in ord02.evidence["fresh_instances"]] == ["fresh_instance_1"]
 
 
 @pytest.mark.gpu

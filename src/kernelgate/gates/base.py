@@ -45,6 +45,10 @@ RECENT_CASES = 4  # cases whose oracle results a GateContext keeps (see ``_cache
 # float64 and in its own dtype, and a gate judges one shape at a time, so older ones would
 # only hold device memory (for a large model, a copy of it for every held-out shape).
 SIZED_ORACLES_KEPT = 2
+# The main instance's first call is kept for ORD-02 (``GateContext.first_call``) while its
+# inputs and outputs together take at most this many bytes; above it ORD-02 starts one more
+# fresh instance instead of holding KernelBench-sized tensors for the whole verification.
+FIRST_CALL_KEPT_BYTES = 64 << 20
 
 
 class GateKind(StrEnum):
@@ -178,6 +182,10 @@ class GateContext:
         # one "honest:<run>" per honest run (see ``_cached``)
         self._results: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._sized_oracles: OrderedDict[str, Oracle] = OrderedDict()
+        # The main worker's first call, placed plainly (no layout, no other sizes): what a
+        # fresh process answers first, for ORD-02 to compare with later calls and with other
+        # fresh instances on the same input (None: not kept, see FIRST_CALL_KEPT_BYTES).
+        self.first_call: Run | None = None
         self._spare: WorkerSession | None = None  # a worker started ahead (``fresh_instance``)
 
     # -- cases ----------------------------------------------------------------------------
@@ -542,7 +550,17 @@ class GateContext:
             if session is not self.session:
                 label += f", fresh instance (clock mode {session.clock_mode})"
             self._incident(gate_id, label, case.seed, incident)
-        return Run(case, placed, result)
+        run = Run(case, placed, result)
+        plain = place is None and not (hold_bytes or reuse_inputs) and case.init_inputs is None
+        if session is self.session and session.calls_since_start == 1 and plain:
+            self._keep_first_call(run)
+        return run
+
+    def _keep_first_call(self, run: Run) -> None:
+        """Keep the main worker's first call (see ``first_call``) where it is small enough."""
+        held = sum(p.storage.nbytes for p in run.placed if isinstance(p, PlacedTensor))
+        held += sum(o.nbytes for o in run.raw_outputs if isinstance(o, WireTensor))
+        self.first_call = run if held <= FIRST_CALL_KEPT_BYTES else None
 
     def _incident(
         self, gate_id: str, label: str, seed: int, incident: ExecutionIncident

@@ -34,8 +34,9 @@ SEQUENCE = [
     ("A", 65536 + 64, False),
     ("B", 1 << 20, False),
 ]
-# Fresh instances (new worker processes) whose first call is input A: a candidate's first
-# call is otherwise judged only by CMP-01, whose cases come first in the main instance.
+# Fresh instances judged on their first call: the main instance (its first call, kept by
+# ``GateContext.first_call``, is input A) and at least one new worker process, two new ones
+# where the main instance's first call was not kept (placed otherwise, or too large to hold).
 FRESH_INSTANCES = 2
 
 # Calls whose outputs the worker keeps alive to the end of the gate, as a caller holding its
@@ -61,6 +62,9 @@ class DeterminismGate(Gate):
             name: ctx.drawn_case(f"input {name}", ctx.case_seed(self.id, i))
             for i, name in enumerate("AB")
         }
+        main_first = ctx.first_call  # the main worker's first call: input A, where kept
+        if main_first is not None:
+            cases["A"] = main_first.case
         first: dict[str, Run] = {}
         kept: dict[int, Run] = {}
         try:
@@ -98,7 +102,7 @@ class DeterminismGate(Gate):
             "kept_calls": list(KEPT_CALLS),
             "kept_reread_after": list(range(KEPT_CALLS[0] + 1, len(SEQUENCE))),
         }
-        fresh = self._fresh_instances(ctx, cases["A"], first["A"], evidence)
+        fresh = self._fresh_instances(ctx, cases["A"], first["A"], main_first, evidence)
         if fresh is not None:
             return fresh
         return self.passed(
@@ -201,21 +205,45 @@ class DeterminismGate(Gate):
         return None
 
     def _fresh_instances(
-        self, ctx: GateContext, case_a: Case, main_a: Run, evidence: dict[str, Any]
+        self,
+        ctx: GateContext,
+        case_a: Case,
+        main_a: Run,
+        main_first: Run | None,
+        evidence: dict[str, Any],
     ) -> GateResult | None:
         """Fresh instances whose first call is ``case_a``, bitwise equal to the main
-        instance's output for it and to each other.
+        instance's later output for it and to each other.
 
         Catches state a candidate sets up on its first call (a first call that takes
         another path or summation order than later ones) and per-instance randomness
-        (unseeded draws, address- or time-dependent choices). Their clocks are real, as a
-        user's new process has them; the choice points each reports are in the evidence.
+        (unseeded draws, address- or time-dependent choices). The main instance counts as
+        one where its own first call was ``case_a`` (``main_first``): then one new worker
+        process suffices, else two are started. Their clocks are real, as a user's new
+        process has them; the choice points each reports are in the evidence.
         """
         records: list[dict[str, Any]] = []
         evidence["fresh_instances"] = records
         earlier: list[tuple[str, Run]] = [("main_instance", main_a)]
-        for number in range(1, FRESH_INSTANCES + 1):
-            more = number < FRESH_INSTANCES
+        if main_first is not None:
+            points = ctx.choice_points(self.id)
+            records.append(
+                {
+                    "instance": "main_instance",
+                    "first_call": case_a.label,
+                    "choice_points": [p.to_dict() for p in points],
+                }
+            )
+            failed = self._first_call_differs(
+                ctx, "main_instance_first_call", main_first, earlier, points
+            )
+            if failed is not None:
+                failed.evidence = evidence
+                return failed
+            earlier.insert(0, ("main_instance_first_call", main_first))
+        started = FRESH_INSTANCES - (main_first is not None)
+        for number in range(1, started + 1):
+            more = number < started
             with ctx.fresh_instance(self.id, "real", prefetch=more) as session:
                 run = ctx.run(self.id, case_a, session=session)
                 points = ctx.choice_points(self.id, session)
@@ -227,23 +255,43 @@ class DeterminismGate(Gate):
                     "choice_points": [p.to_dict() for p in points],
                 }
             )
-            for other, other_run in earlier:
-                difference = first_output_difference(other_run.outputs, run.outputs, (other, name))
-                if difference is None:
-                    continue
-                k, findings = difference
-                chosen = "; ".join(p.describe() for p in points[:6])
-                timing = f" (its timing-dependent choices: {chosen})" if chosen else ""
-                return self.failed(
-                    ctx,
-                    f"output {k} of a fresh instance's first call on {case_a.label} differs "
-                    f"bitwise from the {other.replace('_', ' ')}'s{timing}: state set up on "
-                    "a first call, or a result that differs from process to process",
-                    run,
-                    findings,
-                    evidence,
-                )
+            failed = self._first_call_differs(ctx, name, run, earlier, points)
+            if failed is not None:
+                failed.evidence = evidence
+                return failed
             earlier.append((name, run))
+        return None
+
+    def _first_call_differs(
+        self,
+        ctx: GateContext,
+        name: str,
+        run: Run,
+        earlier: list[tuple[str, Run]],
+        points: list[Any],
+    ) -> GateResult | None:
+        """The failure when ``run`` (``name``'s first call) differs bitwise from an earlier
+        answer to the same input, else None."""
+        for other, other_run in earlier:
+            difference = first_output_difference(other_run.outputs, run.outputs, (other, name))
+            if difference is None:
+                continue
+            k, findings = difference
+            chosen = "; ".join(p.describe() for p in points[:6])
+            timing = f" (its timing-dependent choices: {chosen})" if chosen else ""
+            what = (
+                "the main instance's first call"
+                if name == "main_instance_first_call"
+                else "a fresh instance's first call"
+            )
+            return self.failed(
+                ctx,
+                f"output {k} of {what} on {run.case.label} differs bitwise from the "
+                f"{other.replace('_', ' ')}'s{timing}: state set up on a first call, or a "
+                "result that differs from process to process",
+                run,
+                findings,
+            )
         return None
 
 

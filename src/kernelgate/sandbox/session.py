@@ -57,6 +57,7 @@ class WorkerSession:
     load_timeout: float = 600.0
     calls: int = 0
     starts: int = 0
+    calls_since_start: int = 0  # calls made of the live worker (1: its first)
     kernels: list[dict[str, Any]] = field(default_factory=list)  # launches seen (RES-02)
     wrapper: list[str] = field(default_factory=list)  # e.g. compute-sanitizer argv (RES-01)
     exit_grace: float = 2.0  # seconds a worker may take to exit before it is killed
@@ -81,6 +82,7 @@ class WorkerSession:
         """
         self.close()
         self.starts += 1
+        self.calls_since_start = 0
         self._built_for = None  # a fresh worker builds ModelNew from ``init_inputs``
         judge_read, worker_write = wire.pipe()
         worker_read, judge_write = wire.pipe()
@@ -252,6 +254,7 @@ class WorkerSession:
         if self._keep_as is not None:
             header["keep_as"] = self._keep_as
         self.calls += 1
+        self.calls_since_start += 1
         started = time.monotonic()
         reply, reply_blobs = self._exchange(header, blobs, self.timeout)
         seconds = time.monotonic() - started
