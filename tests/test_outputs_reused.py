@@ -224,3 +224,31 @@ def test_gpu_outputs_reused_red_team_and_control() -> None:
     outcomes = {r.name: (r.outcome, r.failure_reasons, r.detail) for r in cal.results}
     assert all(r.outcome == CAUGHT for r in cal.defects), outcomes
     assert [r.outcome for r in cal.controls] == [PASSED], outcomes
+
+
+class _FreshStorage(torch.Tensor):
+    """A lazy tensor subclass: every request for its storage materialises a fresh copy."""
+
+    requests = 0
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        type(self).requests += 1
+        return self.as_subclass(torch.Tensor).clone().untyped_storage()
+
+
+def test_an_output_storage_is_asked_for_once_and_can_be_held() -> None:
+    """Bytes and address come from the same storage, and the worker can keep that storage
+    alive: a freed temporary's address handed to a later call would read as reuse (CUDA's
+    caching allocator does hand it out again; a lazy matmul subclass in CUDA-L1 did this)."""
+    from kernelgate.sandbox import wire
+
+    value = torch.Tensor._make_subclass(_FreshStorage, torch.arange(6.0))
+    blobs: list = []
+    held: list[torch.UntypedStorage] = []
+    _FreshStorage.requests = 0
+    encoded = wire.encode_value([value, (value,)], blobs, held)
+    assert _FreshStorage.requests == 2  # once per tensor sent, not once per field
+    assert [e["address"] for e in (encoded["items"][0], encoded["items"][1]["items"][0])] == [
+        s.data_ptr() for s in held
+    ]
+    assert all(bytes(b) == bytes(torch.arange(6.0).numpy()) for b in blobs)

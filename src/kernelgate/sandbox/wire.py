@@ -160,22 +160,38 @@ def storage_bytes(tensor: torch.Tensor) -> memoryview:
     A view, not a copy, when the storage is already on the host: the frame is written
     before anything can change it.
     """
-    raw = torch.empty(0, dtype=torch.uint8, device=tensor.device)
-    raw.set_(tensor.untyped_storage())
+    return untyped_storage_bytes(tensor.untyped_storage(), tensor.device)
+
+
+def untyped_storage_bytes(storage: torch.UntypedStorage, device: torch.device) -> memoryview:
+    """The bytes of ``storage`` on the host (see ``storage_bytes``)."""
+    raw = torch.empty(0, dtype=torch.uint8, device=device)
+    raw.set_(storage)
     return memoryview(raw.cpu().numpy())
 
 
-def encode_value(value: Any, blobs: list[Any]) -> dict[str, Any]:
-    """Encode a (nested) value: tensors as storages, containers recursively, scalars as JSON."""
+def encode_value(
+    value: Any, blobs: list[Any], storages: list[torch.UntypedStorage] | None = None
+) -> dict[str, Any]:
+    """Encode a (nested) value: tensors as storages, containers recursively, scalars as JSON.
+
+    Each tensor's storage is asked for once: a tensor subclass may materialise a fresh one
+    on every request, and its bytes and address must then be those of the same storage.
+    ``storages`` collects the storages encoded, for a caller that must keep them alive (a
+    freed temporary's address is handed out again, which reads as reuse).
+    """
     if isinstance(value, torch.Tensor):
-        blobs.append(storage_bytes(value))
+        storage = value.untyped_storage()
+        if storages is not None:
+            storages.append(storage)
+        blobs.append(untyped_storage_bytes(storage, value.device))
         return {
             "t": "tensor",
             "dtype": dtype_name(value.dtype),
             "shape": list(value.shape),
             "stride": list(value.stride()),
             "offset": value.storage_offset(),
-            "address": value.untyped_storage().data_ptr(),
+            "address": storage.data_ptr(),
             "blob": len(blobs) - 1,
         }
     if isinstance(value, WireTensor):
@@ -189,7 +205,8 @@ def encode_value(value: Any, blobs: list[Any]) -> dict[str, Any]:
             "blob": len(blobs) - 1,
         }
     if isinstance(value, list | tuple):
-        return {"t": type(value).__name__, "items": [encode_value(v, blobs) for v in value]}
+        items = [encode_value(v, blobs, storages) for v in value]
+        return {"t": type(value).__name__, "items": items}
     if value is None or isinstance(value, bool | int | float | str):
         if isinstance(value, float) and (value != value or abs(value) == float("inf")):
             return {"t": "float", "repr": repr(value)}

@@ -13,6 +13,7 @@ import importlib.util
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 # Protocol first, candidate never: keep stray prints off the protocol descriptors.
@@ -56,7 +57,7 @@ class Worker:
         self.model_cls: Any = None
         # ORD-02: outputs of earlier calls, held so that an honest candidate's allocator can
         # never hand their memory to a later call (``call`` with ``keep_as``; ``kept``)
-        self.kept: dict[str, Any] = {}
+        self.kept: dict[str, KeptOutputs] = {}
         self.clocks: Clocks | None = None  # installed at load when the judge asks (clocks.py)
 
     def serve(self) -> None:
@@ -225,8 +226,9 @@ class Worker:
                     outputs = self.model(*inputs)
                 # What the caller's next kernel would see: the outputs read in stream order,
                 # before the device is synchronised (see streams.py).
+                read: list[torch.UntypedStorage] = []
                 encoded = self.side_streams.read_in_call_order(
-                    lambda: _encode_value(outputs, out_blobs)
+                    lambda: _encode_value(outputs, out_blobs, read)
                 )
             if self.device.type == "cuda":
                 _synchronize(self.device)
@@ -249,7 +251,10 @@ class Worker:
             return
         self.allocator.allocations = []
         if keep_as is not None:  # the value as returned: what the caller holds
-            self.kept[keep_as] = outputs
+            # With the storages read: an output that materialises a fresh storage whenever
+            # it is read (a lazy tensor subclass) must not see its freed temporary's
+            # address handed to a later call, which would read as reused storage.
+            self.kept[keep_as] = KeptOutputs(outputs, read)
         _send(self.fd_out, reply, out_blobs)
 
     def kept_outputs(self, header: dict[str, Any], blobs: list[bytes]) -> None:
@@ -268,7 +273,7 @@ class Worker:
                 raise KeyError(f"no outputs kept as {missing}")
             if self.device.type == "cuda":
                 _synchronize(self.device)
-            encoded = {name: _encode_value(self.kept[name], out_blobs) for name in names}
+            encoded = {name: _encode_value(self.kept[name].value, out_blobs) for name in names}
         except BaseException as exc:
             if header.get("release"):
                 self.kept = {}
@@ -277,6 +282,14 @@ class Worker:
         if header.get("release"):
             self.kept = {}
         _send(self.fd_out, {"ok": True, "kept": encoded}, out_blobs)
+
+
+@dataclass
+class KeptOutputs:
+    """A call's outputs as returned, and the storages read from them when they were sent."""
+
+    value: Any
+    storages: list[torch.UntypedStorage]
 
 
 def _may_keep(name: Any, kept: dict[str, Any]) -> bool:
