@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/kernelgate demo examples/softmax
 
+# One pytest worker a core: most tests wait on a candidate's worker process, and the red-team
+# calibration is one test an entry so that the workers share it.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
