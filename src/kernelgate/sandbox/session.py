@@ -8,7 +8,10 @@ a segfault, a sticky device fault, garbage on the protocol) comes back here as a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +25,7 @@ from typing import Any
 import kernelgate
 from kernelgate import bytecode
 from kernelgate.errors import CandidateLoadError
-from kernelgate.sandbox import wire
+from kernelgate.sandbox import confine, wire
 from kernelgate.sandbox.clocks import ChoicePoint, parse_choice_points
 
 
@@ -72,6 +75,18 @@ class WorkerSession:
     _built_for: str | None = field(default=None, repr=False)  # see ``use_init``
     _loaded: bool = field(default=False, repr=False)  # the live worker holds the candidate
     _keep_as: str | None = field(default=None, repr=False)  # see ``keeping_outputs``
+    # The worker's only writable folder (sandbox/confine.py). None: the session makes its
+    # own and removes it when it ends; given: shared (fresh instances of one candidate in
+    # one verification) and left to whoever made it.
+    scratch: Path | None = None
+    # "auto" confines the worker with whatever this machine allows, "off" does not; None:
+    # the KERNELGATE_ISOLATION environment variable, else "auto".
+    isolation_mode: str | None = None
+    confine_skip: list[str] = field(default_factory=list)  # mechanisms not to try
+    _own_scratch: Path | None = field(default=None, repr=False)
+    _report_fd: int = field(default=-1, repr=False)
+    _isolation: dict[str, Any] | None = field(default=None, repr=False)
+    _confined: bool = field(default=False, repr=False)  # the live worker runs under confine
 
     # -- life cycle -----------------------------------------------------------------------
     def spawn(self) -> None:
@@ -96,26 +111,102 @@ class WorkerSession:
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
+        scratch = self.scratch_folder()
+        env.update(confine.scratch_env(str(scratch)))
+        # -P: the worker's folder (the scratch, which the candidate can write) is never put
+        # on sys.path, so a file left there cannot stand in for torch or kernelgate.
+        worker = [sys.executable, "-P", "-m", "kernelgate.sandbox.worker"]
+        worker += [str(worker_read), str(worker_write)]
+        pass_fds: tuple[int, ...] = (worker_read, worker_write)
+        self._close_report()
+        self._isolation = None
+        mode = self.mode()
+        self._confined = mode != "off"
+        if mode == "off":
+            self._isolation = confine.turned_off(
+                f"turned off ({confine.ENV_SWITCH}=off)"
+                if self.isolation_mode is None
+                else "turned off"
+            )
+            argv = [*self.wrapper, *worker]
+        else:
+            report_read, report_write = os.pipe()
+            policy = confine.Policy(
+                scratch=str(scratch), report_fd=report_write, skip=list(self.confine_skip)
+            )
+            launcher = [sys.executable, "-P", confine.__file__, policy.to_json(), "--"]
+            argv = [*self.wrapper, *launcher, *worker]
+            pass_fds += (report_write,)
+            self._report_fd = report_read
         self._process = subprocess.Popen(
-            [
-                *self.wrapper,
-                sys.executable,
-                "-m",
-                "kernelgate.sandbox.worker",
-                str(worker_read),
-                str(worker_write),
-            ],
-            pass_fds=(worker_read, worker_write),
+            argv,
+            pass_fds=pass_fds,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=self._log,
             env=env,
+            cwd=scratch,
             start_new_session=True,
         )
+        if mode != "off":
+            os.close(pass_fds[-1])
         os.close(worker_read)
         os.close(worker_write)
         self._to_worker, self._from_worker = judge_write, judge_read
         self._loaded = False
+
+    def mode(self) -> str:
+        """ "auto" or "off" (see ``isolation_mode``); a wrong value is a clear error."""
+        mode = self.isolation_mode or os.environ.get(confine.ENV_SWITCH) or "auto"
+        if mode not in ("auto", "off"):
+            raise CandidateLoadError(
+                f"isolation mode {mode!r} is not known: set {confine.ENV_SWITCH} to auto or off"
+            )
+        return mode
+
+    def scratch_folder(self) -> Path:
+        """The worker's private writable folder, made on first use."""
+        if self.scratch is not None:
+            self.scratch.mkdir(parents=True, exist_ok=True)
+            return self.scratch
+        if self._own_scratch is None:
+            self._own_scratch = Path(tempfile.mkdtemp(prefix="kernelgate-scratch-"))
+        return self._own_scratch
+
+    @property
+    def isolation(self) -> dict[str, Any] | None:
+        """What confined the latest worker, as its launcher reported before the worker ran
+        (None before any spawn). Read from a pipe the candidate never holds."""
+        if self._report_fd >= 0:
+            self._isolation = self._read_report(self._report_fd)
+            self._close_report()
+        return self._isolation
+
+    def _read_report(self, fd: int, timeout: float = 60.0) -> dict[str, Any]:
+        data = b""
+        deadline = time.monotonic() + timeout
+        while not data.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return confine.turned_off("the launcher did not report in time")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+        try:
+            report = json.loads(data.decode())
+            if not isinstance(report, dict) or not isinstance(report.get("in_force"), list):
+                raise ValueError("not a report")
+            return confine.Report.from_dict(report).to_dict()
+        except (ValueError, UnicodeDecodeError):
+            reason = "the launcher exited before reporting" if not data else "garbled report"
+            return confine.turned_off(f"{reason}; log: {self.log_tail(300)!r}")
+
+    def _close_report(self) -> None:
+        if self._report_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._report_fd)
+            self._report_fd = -1
 
     def start(self) -> None:
         """Load the candidate in a spawned worker (a fresh one unless ``spawn`` left one
@@ -150,6 +241,8 @@ class WorkerSession:
         return self._process is not None and self._process.poll() is None
 
     def close(self) -> None:
+        if self._report_fd >= 0:
+            _ = self.isolation  # keep what the launcher said about the worker that ends
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             with contextlib.suppress(OSError):
@@ -172,6 +265,9 @@ class WorkerSession:
         self.close()
         if self._log is not None:
             self._log.close()
+        if self._own_scratch is not None:  # its last worker and that worker's tree are gone
+            shutil.rmtree(self._own_scratch, ignore_errors=True)
+            self._own_scratch = None
 
     # -- calls ----------------------------------------------------------------------------
     def use_init(self, init_inputs: list[Any] | None, key: str | None) -> None:
@@ -355,8 +451,14 @@ class WorkerSession:
             self._kill(self._process)
         self.close()
 
-    @staticmethod
-    def _kill(process: subprocess.Popen[bytes]) -> None:
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        if self._confined:
+            # The launcher first (SIGTERM): it kills the worker and, without a PID
+            # namespace, every process the worker's tree left behind. Then the whole group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=2)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
