@@ -16,6 +16,9 @@ Mechanisms (names as reported):
   and no process outside can be addressed by a signal or ``ptrace``.
 - ``private-proc``: a fresh ``/proc`` in a private mount namespace shows only the
   namespace's processes (no ``/proc/<judge>/mem`` to open).
+- ``readonly-root``: in that mount namespace every mount is read-only but the scratch
+  folder: no write, and no metadata change either (chmod, utime, xattrs, which Landlock
+  does not cover); device nodes stay usable.
 - ``no-network``: a network namespace with only a loopback that is down.
 - ``landlock-fs``: writes only under the private scratch folder and to the few character
   devices CUDA needs; read and execute everywhere. Also denies ``ptrace`` of processes
@@ -61,6 +64,10 @@ PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
+SYS_MOUNT_SETATTR = 442
+MOUNT_ATTR_RDONLY = 0x1
+AT_FDCWD, AT_RECURSIVE = -100, 0x8000
+MS_BIND = 4096
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 LANDLOCK_RULE_PATH_BENEATH = 1
@@ -106,6 +113,7 @@ MECHANISMS = (
     "user-namespace",
     "pid-namespace",
     "private-proc",
+    "readonly-root",
     "no-network",
     "landlock-fs",
     "landlock-net",
@@ -422,22 +430,81 @@ def unshare_namespaces(policy: Policy, report: Report) -> None:
             report.lack("user-namespace", _reason(exc))
     else:
         report.lack("user-namespace", "skipped by the judge")
-    for name, flags in (
-        ("pid-namespace", CLONE_NEWPID),
-        ("no-network", CLONE_NEWNET),
-        ("private-proc", CLONE_NEWNS),
-    ):
+    for name, flags in (("pid-namespace", CLONE_NEWPID), ("no-network", CLONE_NEWNET)):
         if name not in wanted:
             report.lack(name, "skipped by the judge")
             continue
-        if name == "private-proc" and "pid-namespace" not in report.in_force:
-            report.lack(name, "no PID namespace to show")
-            continue
         try:
             _unshare(flags)
-            report.hold(name)  # private-proc is confirmed in the child, once mounted
+            report.hold(name)
         except OSError as exc:
             report.lack(name, _reason(exc))
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _mount_setattr(path: str, attr_set: int, attr_clr: int) -> None:
+    attr = _MountAttr(attr_set=attr_set, attr_clr=attr_clr)
+    result = _libc.syscall(
+        ctypes.c_long(SYS_MOUNT_SETATTR),
+        ctypes.c_int(AT_FDCWD),
+        path.encode(),
+        ctypes.c_uint(AT_RECURSIVE),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    _check(result, f"mount_setattr {path}")
+
+
+def readonly_root(scratch: str) -> None:
+    """Every mount of this (private) namespace read-only, then the scratch folder, made a
+    mount of its own first, writable again. Device nodes stay writable on a read-only mount."""
+    _mount(scratch, scratch, None, MS_BIND | MS_REC)
+    _mount_setattr("/", MOUNT_ATTR_RDONLY, 0)
+    _mount_setattr(scratch, 0, MOUNT_ATTR_RDONLY)
+    os.chdir(scratch)  # the old working directory is the folder below the new mount
+
+
+def private_mounts(policy: Policy, report: Report) -> None:
+    """In the worker's own mount namespace (the launcher keeps the machine's view, to clean
+    up after it): a fresh /proc for its PID namespace, and everything read-only but the
+    scratch folder."""
+    mounts = []
+    for name in ("private-proc", "readonly-root"):
+        if name in policy.skip:
+            report.lack(name, "skipped by the judge")
+        elif name == "private-proc" and "pid-namespace" not in report.in_force:
+            report.lack(name, "no PID namespace to show")
+        else:
+            mounts.append(name)
+    if not mounts:
+        return
+    try:
+        _unshare(CLONE_NEWNS)
+        _mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing propagates to the host
+    except OSError as exc:
+        for name in mounts:
+            report.lack(name, f"no private mount namespace: {_reason(exc)}")
+        return
+    if "private-proc" in mounts:
+        try:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            report.hold("private-proc")
+        except OSError as exc:
+            report.lack("private-proc", _reason(exc))
+    if "readonly-root" in mounts:
+        try:
+            readonly_root(policy.scratch)
+            report.hold("readonly-root")
+        except OSError as exc:
+            report.lack("readonly-root", _reason(exc))
 
 
 # -- resource limits ------------------------------------------------------------------------
@@ -553,18 +620,13 @@ def _in_child(policy: Policy, report: Report, cgroup: str | None, argv: list[str
     os.setsid()  # off the launcher's group: a kill(0, ...) reaches only the worker's tree
     with contextlib.suppress(OSError):
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the launcher killed: the namespace dies
-    if "private-proc" in report.in_force:
-        try:
-            _mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing propagates to the host
-            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        except OSError as exc:
-            report.lack("private-proc", _reason(exc))
     if cgroup is not None:
         try:
             _write(os.path.join(cgroup, "cgroup.procs"), "0")
             report.hold("nproc-limit")
         except OSError as exc:
             report.lack("nproc-limit", f"cannot join the pids cgroup: {_reason(exc)}")
+    private_mounts(policy, report)
     if "nproc-limit" in policy.skip:
         report.lack("nproc-limit", "skipped by the judge")
     elif "nproc-limit" not in report.in_force:

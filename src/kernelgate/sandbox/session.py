@@ -87,6 +87,8 @@ class WorkerSession:
     _report_fd: int = field(default=-1, repr=False)
     _isolation: dict[str, Any] | None = field(default=None, repr=False)
     _confined: bool = field(default=False, repr=False)  # the live worker runs under confine
+    wrapper_probe: bool = True  # False: a failed confined load is never checked by the probe
+    _loosened: dict[str, str] = field(default_factory=dict, repr=False)  # mechanism: why
 
     # -- life cycle -----------------------------------------------------------------------
     def spawn(self) -> None:
@@ -180,6 +182,12 @@ class WorkerSession:
         if self._report_fd >= 0:
             self._isolation = self._read_report(self._report_fd)
             self._close_report()
+        if self._isolation is not None and self._loosened:
+            report = confine.Report.from_dict(self._isolation)
+            for name, reason in self._loosened.items():
+                if name in report.missing or self.isolation_mode == "off":
+                    report.lack(name, reason)
+            self._isolation = report.to_dict()
         return self._isolation
 
     def _read_report(self, fd: int, timeout: float = 60.0) -> dict[str, Any]:
@@ -210,7 +218,29 @@ class WorkerSession:
 
     def start(self) -> None:
         """Load the candidate in a spawned worker (a fresh one unless ``spawn`` left one
-        waiting); a failure is a CandidateLoadError."""
+        waiting); a failure is a CandidateLoadError.
+
+        A confined load that fails is checked against a trusted probe (``loosened``): if the
+        probe fails under the same confinement on this machine, the candidate gets one more
+        try with the confinement the probe needed, reported in ``isolation``'s ``missing``.
+        """
+        try:
+            self._load()
+        except CandidateLoadError:
+            if not self._confined or self.wrapper_probe is False:
+                raise
+            loosened = loosened_confinement(self.device, self.wrapper, self.confine_skip)
+            if loosened is None:
+                raise  # the probe loads under this confinement: the candidate's own failure
+            skip, reason = loosened
+            if skip is None:
+                self.isolation_mode = "off"
+            else:
+                self.confine_skip = skip
+            self._loosened = reason
+            self._load()
+
+    def _load(self) -> None:
         if not self.alive or self._loaded:
             self.spawn()
         blobs: list[bytes] = []
@@ -471,3 +501,46 @@ class WorkerSession:
         size = self._log.tell()
         self._log.seek(max(0, size - limit))
         return self._log.read().decode(errors="replace")
+
+
+# What a trusted probe needed, per device, wrapper and starting confinement: found once per
+# judge process. Value: None (the probe loads as confined: nothing to loosen) or the skip
+# list that worked (None inside: confinement off) with the reasons to report.
+_LOOSENED: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Any] = {}
+PROBE = Path(__file__).with_name("probe.py")
+
+
+def _probe_error(device: str, wrapper: list[str], skip: list[str], mode: str) -> str:
+    """Load the trusted probe under the given confinement: "" if it loads, else why not.
+    Its scratch folder is its own: nothing a failed candidate left can sway it."""
+    session = WorkerSession(PROBE, [], device=device, wrapper=list(wrapper), isolation_mode=mode)
+    session.confine_skip = list(skip)
+    session.wrapper_probe = False
+    try:
+        with session:
+            return ""
+    except CandidateLoadError as exc:
+        return str(exc)[-300:]
+
+
+def loosened_confinement(
+    device: str, wrapper: list[str], skip: list[str]
+) -> tuple[list[str] | None, dict[str, str]] | None:
+    """The confinement a trusted probe needs on this machine when ``skip`` is too strict:
+    None if the probe loads as it is (or fails even unconfined: not confinement's fault);
+    else (skip list, None for off; the reasons to report for each dropped mechanism)."""
+    key = (device, tuple(wrapper), tuple(skip))
+    if key not in _LOOSENED:
+        found: Any = None
+        error = _probe_error(device, wrapper, skip, "auto")
+        if error:
+            landlock = ["landlock-fs", "landlock-net", "landlock-signals"]
+            if not _probe_error(device, wrapper, [*skip, "landlock-fs"], "auto"):
+                why = f"dropped: a trusted probe worker failed under it here ({error})"
+                found = ([*skip, "landlock-fs"], dict.fromkeys(landlock, why))
+            elif not _probe_error(device, wrapper, skip, "off"):
+                why = f"turned off: a trusted probe worker failed under confinement ({error})"
+                found = (None, dict.fromkeys(confine.MECHANISMS, why))
+                found[1].pop("private-scratch")
+        _LOOSENED[key] = found
+    return _LOOSENED[key]
