@@ -281,7 +281,7 @@ def test_failing_candidate_does_not_get_unconfined(tmp_path, abilities, monkeypa
     monkeypatch.setattr(session_module, "_LOOSENED", {})
     attack = "open('/tmp/kernelgate-probe-test', 'w')  # refused when confined\n"
     session = WorkerSession(_candidate(tmp_path, attack), [], timeout=60)
-    with pytest.raises(CandidateLoadError, match="PermissionError|Read-only file system"):
+    with pytest.raises(CandidateLoadError, match=r"PermissionError|Read-only file system"):
         session.start()
     session.__exit__(None, None, None)
     assert not Path("/tmp/kernelgate-probe-test").exists()
