@@ -294,7 +294,8 @@ def test_confinement_broken_for_the_probe_is_loosened_and_reported(tmp_path, mon
     monkeypatch.setattr(session_module, "_LOOSENED", {})
 
     def probe_error(device, wrapper, skip, mode):
-        return "" if "landlock-fs" in skip or mode == "off" else "probe: CUDA refused"
+        loosened = {"landlock-fs", "readonly-root"} <= set(skip)
+        return "" if loosened or mode == "off" else "probe: CUDA refused"
 
     monkeypatch.setattr(session_module, "_probe_error", probe_error)
     attack = "raise_now = not os.path.exists('once')\nopen('once', 'w').close()\n"
@@ -304,6 +305,8 @@ def test_confinement_broken_for_the_probe_is_loosened_and_reported(tmp_path, mon
     with session:
         isolation = session.isolation
     assert "landlock-fs" not in isolation["in_force"]
+    assert "readonly-root" not in isolation["in_force"]
+    assert "pid-namespace" in isolation["in_force"] or isolation["missing"]["pid-namespace"]
     assert "probe: CUDA refused" in isolation["missing"]["landlock-fs"]
     assert "probe: CUDA refused" in isolation["missing"]["landlock-signals"]
 

@@ -534,10 +534,13 @@ def loosened_confinement(
         found: Any = None
         error = _probe_error(device, wrapper, skip, "auto")
         if error:
-            landlock = ["landlock-fs", "landlock-net", "landlock-signals"]
-            if not _probe_error(device, wrapper, [*skip, "landlock-fs"], "auto"):
+            # first without the filesystem restrictions (what a device driver is likeliest
+            # to trip over), the namespaces kept; then unconfined
+            filesystem = ["landlock-fs", "readonly-root"]
+            dropped = [*filesystem, "landlock-net", "landlock-signals"]
+            if not _probe_error(device, wrapper, [*skip, *filesystem], "auto"):
                 why = f"dropped: a trusted probe worker failed under it here ({error})"
-                found = ([*skip, "landlock-fs"], dict.fromkeys(landlock, why))
+                found = ([*skip, *filesystem], dict.fromkeys(dropped, why))
             elif not _probe_error(device, wrapper, skip, "off"):
                 why = f"turned off: a trusted probe worker failed under confinement ({error})"
                 found = (None, dict.fromkeys(confine.MECHANISMS, why))
