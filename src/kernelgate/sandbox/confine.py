@@ -615,8 +615,11 @@ def _drop_capabilities(report: Report) -> None:
         report.lack("no-capabilities", f"bounding set not emptied: {_reason(exc)}")
 
 
-def _in_child(policy: Policy, report: Report, cgroup: str | None, argv: list[str]) -> None:
-    """PID 1 of the new namespace (or the worker's parent-to-be): finish, report, exec."""
+def _in_child(
+    policy: Policy, report: Report, cgroup: str | None, argv: list[str], status_fd: int
+) -> None:
+    """The launcher's child, PID 1 of the new namespace if there is one: finish the
+    confinement, report, then run the worker (under ``_init`` in a PID namespace)."""
     os.setsid()  # off the launcher's group: a kill(0, ...) reaches only the worker's tree
     with contextlib.suppress(OSError):
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the launcher killed: the namespace dies
@@ -673,11 +676,38 @@ def _in_child(policy: Policy, report: Report, cgroup: str | None, argv: list[str
             os.write(policy.report_fd, (json.dumps(report.to_dict()) + "\n").encode())
         with contextlib.suppress(OSError):
             os.close(policy.report_fd)
+    if "pid-namespace" in report.in_force:
+        _init(argv, status_fd)
+    _exec(argv)
+
+
+def _exec(argv: list[str]) -> None:
     try:
         os.execv(argv[0], argv)
     except OSError as exc:
         os.write(2, f"kernelgate confine: cannot run {argv[0]}: {exc}\n".encode())
         os._exit(127)
+
+
+def _init(argv: list[str], status_fd: int) -> None:
+    """PID 1 of the namespace: run the worker as its child, reap orphans, and pass the
+    worker's wait status to the launcher. The worker is not PID 1 itself: the kernel ignores
+    signals a namespace's init sends itself (``os.abort``, ``os.kill(os.getpid(), ...)``),
+    which would turn a candidate's suicide into a hang."""
+    worker = os.fork()
+    if worker == 0:
+        _exec(argv)
+    while True:
+        try:
+            pid, status = os.wait()
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(127)
+        if pid == worker:
+            with contextlib.suppress(OSError):
+                os.write(status_fd, f"{status}\n".encode())
+            os._exit(0)  # the kernel now kills whatever the worker left in the namespace
 
 
 def launch(policy: Policy, argv: list[str]) -> int:
@@ -698,16 +728,20 @@ def launch(policy: Policy, argv: list[str]) -> int:
             report.hold("subreaper")
         except OSError as exc:
             report.lack("subreaper", _reason(exc))
+    status_read, status_write = os.pipe()  # the worker's wait status, from ``_init``
     child = os.fork()
     if child == 0:
         try:
-            _in_child(policy, report, cgroup, argv)
+            os.close(status_read)
+            _in_child(policy, report, cgroup, argv, status_write)
         finally:
             os._exit(127)
+    os.close(status_write)
     if policy.report_fd >= 0:
         os.close(policy.report_fd)
     # The worker's descriptors are its own: holding them here would hide its death.
-    os.closerange(3, 1 << 16)
+    os.closerange(3, status_read)
+    os.closerange(status_read + 1, 1 << 16)
 
     def stop(signum: int, _frame: object) -> None:
         with contextlib.suppress(OSError):
@@ -724,6 +758,10 @@ def launch(policy: Policy, argv: list[str]) -> int:
     if report.fallback == "subreaper":
         kill_tree(os.getpid())
     remove_cgroup(cgroup)
+    passed = os.read(status_read, 64).strip()
+    os.close(status_read)
+    if passed.isdigit():
+        status = int(passed)  # the worker's own, passed on by the namespace's init
     if os.WIFSIGNALED(status):
         return -os.WTERMSIG(status)
     return os.waitstatus_to_exitcode(status)
