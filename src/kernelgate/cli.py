@@ -22,6 +22,7 @@ from kernelgate.errors import KernelgateError
 from kernelgate.gates import GATE_IDS
 from kernelgate.gates.base import GateResult, Status
 from kernelgate.progress import work_progress
+from kernelgate.sandbox.confine import summary_line
 from kernelgate.verdict import Outcome, Verdict
 
 app = typer.Typer(
@@ -150,6 +151,7 @@ def verify_command(
         + (f" (failed: {failed})" if failed else "")
         + f"  in {verdict.seconds:.1f} s"
     )
+    console.print(summary_line(verdict.environment.get("isolation")), highlight=False)
     if verdict.verified_domain is not None:
         console.print(
             "[yellow]verified sub-domain[/] (contract narrowed to what passed; full form in "

@@ -27,6 +27,7 @@ from kernelgate.gates import GATE_IDS, GATES
 from kernelgate.gates.base import GateContext, GateResult, run_gate
 from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
+from kernelgate.sandbox import confine
 from kernelgate.sandbox.session import WorkerSession
 from kernelgate.verdict import Outcome, Verdict, combine, environment
 
@@ -147,7 +148,11 @@ def verify(
         candidate=str(candidate),
         gates=results,
         contract=contract.to_dict(),
-        environment=environment(device, str(oracle.device))
+        environment=environment(
+            device,
+            str(oracle.device),
+            isolation=confine.weakest([session.isolation, *ctx.isolations]),
+        )
         | {"judge_python": sys.executable, "candidate_backend": backend},
         seed=seed,
         seconds=round(time.monotonic() - started, 2),

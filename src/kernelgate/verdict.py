@@ -60,8 +60,16 @@ def combine(gates: list[GateResult]) -> tuple[Outcome, list[str]]:
     return Outcome.VERIFIED, skipped
 
 
-def environment(device: str, oracle_device: str) -> dict[str, Any]:
-    """The trusted computing base a verdict rests on."""
+def environment(
+    device: str, oracle_device: str, isolation: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The trusted computing base a verdict rests on.
+
+    ``isolation``: what confined the candidate's workers, as their launchers reported it
+    before any candidate code ran (sandbox/confine.py): ``in_force``, ``missing`` with a
+    reason for each, ``landlock_abi``. A verdict judged with workers is given one; a
+    mechanism that did not hold is listed in ``missing``, never left out.
+    """
     import torch
     import triton
 
@@ -77,6 +85,8 @@ def environment(device: str, oracle_device: str) -> dict[str, Any]:
         # when: evidence copied off a device is data of that day's toolchain and code
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
+    if isolation is not None:
+        env["isolation"] = isolation
     if device.startswith("cuda") and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name()
         env["cuda"] = torch.version.cuda

@@ -187,6 +187,8 @@ class GateContext:
         # fresh instances on the same input (None: not kept, see FIRST_CALL_KEPT_BYTES).
         self.first_call: Run | None = None
         self._spare: WorkerSession | None = None  # a worker started ahead (``fresh_instance``)
+        # what confined each fresh instance's worker (sandbox/confine.py), for the verdict
+        self.isolations: list[dict[str, Any]] = []
 
     # -- cases ----------------------------------------------------------------------------
     def case_seed(self, gate_id: str, index: int) -> int:
@@ -605,6 +607,8 @@ class GateContext:
         finally:
             self.session.kernels.extend(session.kernels)
             session.__exit__(None, None, None)
+            if session.isolation is not None:
+                self.isolations.append(session.isolation)
 
     def _new_session(self) -> WorkerSession:
         """A spawned worker for the main session's candidate, not loaded yet."""
@@ -615,6 +619,11 @@ class GateContext:
             device=main.device,
             timeout=main.timeout,
             load_timeout=main.load_timeout,
+            # one scratch folder per verification: the same candidate's caches (Triton's,
+            # a torch extension's build) are built once; the main session removes it
+            scratch=main.scratch_folder(),
+            isolation_mode=main.isolation_mode,
+            confine_skip=list(main.confine_skip),
         )
         session.spawn()
         return session

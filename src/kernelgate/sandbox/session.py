@@ -8,7 +8,10 @@ a segfault, a sticky device fault, garbage on the protocol) comes back here as a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +25,7 @@ from typing import Any
 import kernelgate
 from kernelgate import bytecode
 from kernelgate.errors import CandidateLoadError
-from kernelgate.sandbox import wire
+from kernelgate.sandbox import confine, wire
 from kernelgate.sandbox.clocks import ChoicePoint, parse_choice_points
 
 
@@ -72,6 +75,20 @@ class WorkerSession:
     _built_for: str | None = field(default=None, repr=False)  # see ``use_init``
     _loaded: bool = field(default=False, repr=False)  # the live worker holds the candidate
     _keep_as: str | None = field(default=None, repr=False)  # see ``keeping_outputs``
+    # The worker's only writable folder (sandbox/confine.py). None: the session makes its
+    # own and removes it when it ends; given: shared (fresh instances of one candidate in
+    # one verification) and left to whoever made it.
+    scratch: Path | None = None
+    # "auto" confines the worker with whatever this machine allows, "off" does not; None:
+    # the KERNELGATE_ISOLATION environment variable, else "auto".
+    isolation_mode: str | None = None
+    confine_skip: list[str] = field(default_factory=list)  # mechanisms not to try
+    _own_scratch: Path | None = field(default=None, repr=False)
+    _report_fd: int = field(default=-1, repr=False)
+    _isolation: dict[str, Any] | None = field(default=None, repr=False)
+    _confined: bool = field(default=False, repr=False)  # the live worker runs under confine
+    wrapper_probe: bool = True  # False: a failed confined load is never checked by the probe
+    _loosened: dict[str, str] = field(default_factory=dict, repr=False)  # mechanism: why
 
     # -- life cycle -----------------------------------------------------------------------
     def spawn(self) -> None:
@@ -96,30 +113,134 @@ class WorkerSession:
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
+        scratch = self.scratch_folder()
+        env.update(confine.scratch_env(str(scratch)))
+        # -P: the worker's folder (the scratch, which the candidate can write) is never put
+        # on sys.path, so a file left there cannot stand in for torch or kernelgate.
+        worker = [sys.executable, "-P", "-m", "kernelgate.sandbox.worker"]
+        worker += [str(worker_read), str(worker_write)]
+        pass_fds: tuple[int, ...] = (worker_read, worker_write)
+        self._close_report()
+        self._isolation = None
+        mode = self.mode()
+        self._confined = mode != "off"
+        if mode == "off":
+            self._isolation = confine.turned_off(
+                f"turned off ({confine.ENV_SWITCH}=off)"
+                if self.isolation_mode is None
+                else "turned off"
+            )
+            argv = [*self.wrapper, *worker]
+        else:
+            report_read, report_write = os.pipe()
+            policy = confine.Policy(
+                scratch=str(scratch), report_fd=report_write, skip=list(self.confine_skip)
+            )
+            launcher = [sys.executable, "-P", confine.__file__, policy.to_json(), "--"]
+            argv = [*self.wrapper, *launcher, *worker]
+            pass_fds += (report_write,)
+            self._report_fd = report_read
         self._process = subprocess.Popen(
-            [
-                *self.wrapper,
-                sys.executable,
-                "-m",
-                "kernelgate.sandbox.worker",
-                str(worker_read),
-                str(worker_write),
-            ],
-            pass_fds=(worker_read, worker_write),
+            argv,
+            pass_fds=pass_fds,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=self._log,
             env=env,
+            cwd=scratch,
             start_new_session=True,
         )
+        if mode != "off":
+            os.close(pass_fds[-1])
         os.close(worker_read)
         os.close(worker_write)
         self._to_worker, self._from_worker = judge_write, judge_read
         self._loaded = False
 
+    def mode(self) -> str:
+        """ "auto" or "off" (see ``isolation_mode``); a wrong value is a clear error."""
+        mode = self.isolation_mode or os.environ.get(confine.ENV_SWITCH) or "auto"
+        if mode not in ("auto", "off"):
+            raise CandidateLoadError(
+                f"isolation mode {mode!r} is not known: set {confine.ENV_SWITCH} to auto or off"
+            )
+        return mode
+
+    def scratch_folder(self) -> Path:
+        """The worker's private writable folder, made on first use."""
+        if self.scratch is not None:
+            self.scratch.mkdir(parents=True, exist_ok=True)
+            return self.scratch
+        if self._own_scratch is None:
+            self._own_scratch = Path(tempfile.mkdtemp(prefix="kernelgate-scratch-"))
+        return self._own_scratch
+
+    @property
+    def isolation(self) -> dict[str, Any] | None:
+        """What confined the latest worker, as its launcher reported before the worker ran
+        (None before any spawn). Read from a pipe the candidate never holds."""
+        if self._report_fd >= 0:
+            self._isolation = self._read_report(self._report_fd)
+            self._close_report()
+        if self._isolation is not None and self._loosened:
+            report = confine.Report.from_dict(self._isolation)
+            for name, reason in self._loosened.items():
+                if name in report.missing or self.isolation_mode == "off":
+                    report.lack(name, reason)
+            self._isolation = report.to_dict()
+        return self._isolation
+
+    def _read_report(self, fd: int, timeout: float = 60.0) -> dict[str, Any]:
+        data = b""
+        deadline = time.monotonic() + timeout
+        while not data.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return confine.turned_off("the launcher did not report in time")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+        try:
+            report = json.loads(data.decode())
+            if not isinstance(report, dict) or not isinstance(report.get("in_force"), list):
+                raise ValueError("not a report")
+            return confine.Report.from_dict(report).to_dict()
+        except (ValueError, UnicodeDecodeError):
+            reason = "the launcher exited before reporting" if not data else "garbled report"
+            return confine.turned_off(f"{reason}; log: {self.log_tail(300)!r}")
+
+    def _close_report(self) -> None:
+        if self._report_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._report_fd)
+            self._report_fd = -1
+
     def start(self) -> None:
         """Load the candidate in a spawned worker (a fresh one unless ``spawn`` left one
-        waiting); a failure is a CandidateLoadError."""
+        waiting); a failure is a CandidateLoadError.
+
+        A confined load that fails is checked against a trusted probe (``loosened``): if the
+        probe fails under the same confinement on this machine, the candidate gets one more
+        try with the confinement the probe needed, reported in ``isolation``'s ``missing``.
+        """
+        try:
+            self._load()
+        except CandidateLoadError:
+            if not self._confined or self.wrapper_probe is False:
+                raise
+            loosened = loosened_confinement(self.device, self.wrapper, self.confine_skip)
+            if loosened is None:
+                raise  # the probe loads under this confinement: the candidate's own failure
+            skip, reason = loosened
+            if skip is None:
+                self.isolation_mode = "off"
+            else:
+                self.confine_skip = skip
+            self._loosened = reason
+            self._load()
+
+    def _load(self) -> None:
         if not self.alive or self._loaded:
             self.spawn()
         blobs: list[bytes] = []
@@ -150,6 +271,8 @@ class WorkerSession:
         return self._process is not None and self._process.poll() is None
 
     def close(self) -> None:
+        if self._report_fd >= 0:
+            _ = self.isolation  # keep what the launcher said about the worker that ends
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             with contextlib.suppress(OSError):
@@ -172,6 +295,9 @@ class WorkerSession:
         self.close()
         if self._log is not None:
             self._log.close()
+        if self._own_scratch is not None:  # its last worker and that worker's tree are gone
+            shutil.rmtree(self._own_scratch, ignore_errors=True)
+            self._own_scratch = None
 
     # -- calls ----------------------------------------------------------------------------
     def use_init(self, init_inputs: list[Any] | None, key: str | None) -> None:
@@ -355,8 +481,14 @@ class WorkerSession:
             self._kill(self._process)
         self.close()
 
-    @staticmethod
-    def _kill(process: subprocess.Popen[bytes]) -> None:
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        if self._confined:
+            # The launcher first (SIGTERM): it kills the worker and, without a PID
+            # namespace, every process the worker's tree left behind. Then the whole group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=2)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -369,3 +501,49 @@ class WorkerSession:
         size = self._log.tell()
         self._log.seek(max(0, size - limit))
         return self._log.read().decode(errors="replace")
+
+
+# What a trusted probe needed, per device, wrapper and starting confinement: found once per
+# judge process. Value: None (the probe loads as confined: nothing to loosen) or the skip
+# list that worked (None inside: confinement off) with the reasons to report.
+_LOOSENED: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Any] = {}
+PROBE = Path(__file__).with_name("probe.py")
+
+
+def _probe_error(device: str, wrapper: list[str], skip: list[str], mode: str) -> str:
+    """Load the trusted probe under the given confinement: "" if it loads, else why not.
+    Its scratch folder is its own: nothing a failed candidate left can sway it."""
+    session = WorkerSession(PROBE, [], device=device, wrapper=list(wrapper), isolation_mode=mode)
+    session.confine_skip = list(skip)
+    session.wrapper_probe = False
+    try:
+        with session:
+            return ""
+    except CandidateLoadError as exc:
+        return str(exc)[-300:]
+
+
+def loosened_confinement(
+    device: str, wrapper: list[str], skip: list[str]
+) -> tuple[list[str] | None, dict[str, str]] | None:
+    """The confinement a trusted probe needs on this machine when ``skip`` is too strict:
+    None if the probe loads as it is (or fails even unconfined: not confinement's fault);
+    else (skip list, None for off; the reasons to report for each dropped mechanism)."""
+    key = (device, tuple(wrapper), tuple(skip))
+    if key not in _LOOSENED:
+        found: Any = None
+        error = _probe_error(device, wrapper, skip, "auto")
+        if error:
+            # first without the filesystem restrictions (what a device driver is likeliest
+            # to trip over), the namespaces kept; then unconfined
+            filesystem = ["landlock-fs", "readonly-root"]
+            dropped = [*filesystem, "landlock-net", "landlock-signals"]
+            if not _probe_error(device, wrapper, [*skip, *filesystem], "auto"):
+                why = f"dropped: a trusted probe worker failed under it here ({error})"
+                found = ([*skip, *filesystem], dict.fromkeys(dropped, why))
+            elif not _probe_error(device, wrapper, skip, "off"):
+                why = f"turned off: a trusted probe worker failed under confinement ({error})"
+                found = (None, dict.fromkeys(confine.MECHANISMS, why))
+                found[1].pop("private-scratch")
+        _LOOSENED[key] = found
+    return _LOOSENED[key]
