@@ -27,6 +27,8 @@ from kernelgate.redteam.hostile.runner import (
     HELD,
     SKIPPED,
     ArenaFiles,
+    AttackResult,
+    HostileSuite,
     build_arena,
     render,
     run_attack,
@@ -141,43 +143,54 @@ def test_the_checks_fail_when_an_attack_gets_through() -> None:
     assert helper.wait(timeout=10) == -9, "the runner kills what carries the marker"
 
 
-def test_calibrate_hostile_detects_attacks_that_get_through(tmp_path: Path) -> None:
-    """Two real attacks through the CLI. Without confinement both get through (the checks
-    must say how); with it, held off with the isolation named."""
-    out = tmp_path / "hostile.json"
-    cli = CliRunner().invoke(
-        app,
-        [
-            "calibrate",
-            "--hostile",
-            "--only",
-            "edit_kernelgate_source",
-            "--only",
-            "kill_parent_at_import",
-            "--json",
-            str(out),
-        ],
+def _result(name: str, outcome: str, findings: list[str] | None = None) -> AttackResult:
+    attack = attacks([name])[0]
+    return AttackResult(
+        name,
+        attack.kind,
+        attack.tries,
+        list(attack.targets),
+        outcome,
+        findings=findings or [],
+        stopped_by="not stopped" if findings else "isolation: pid-namespace",
+        isolation="" if findings else "pid-namespace",
     )
+
+
+@pytest.mark.parametrize("breached", [False, True])
+def test_calibrate_hostile_prints_writes_and_exits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, breached: bool
+) -> None:
+    """The command's table, JSON and exit status, over a suite given to it."""
+    import kernelgate.redteam.hostile.runner as runner
+
+    results = [_result("kill_parent_at_import", HELD)]
+    if breached:
+        results.append(
+            _result("edit_kernelgate_source", BREACHED, ["canary-changed: kernelgate source"])
+        )
+    asked: list[list[str] | None] = []
+
+    def fake_suite(device: str, only: list[str] | None, **kwargs: object) -> HostileSuite:
+        asked.append(only)
+        return HostileSuite(device, results, 1.0)
+
+    monkeypatch.setattr(runner, "run_suite", fake_suite)
+    out = tmp_path / "hostile.json"
+    names = [r.name for r in results]
+    argv = ["calibrate", "--hostile", "--json", str(out)]
+    for name in names:
+        argv += ["--only", name]
+    cli = CliRunner().invoke(app, argv)
+    assert asked == [names]
+    assert cli.exit_code == (1 if breached else 0), cli.output
     report = json.loads(out.read_text())
-    assert report["schema"] == "kernelgate.hostile/1"
-    by_name = {a["name"]: a for a in report["attacks"]}
-    assert set(by_name) == {"edit_kernelgate_source", "kill_parent_at_import"}
-    assert "hostile candidates (cpu)" in cli.output and "what stopped it" in cli.output
-    for attack in by_name.values():
-        if attack["outcome"] == HELD:
-            assert attack["isolation"], "held off must come from confinement it names"
-            assert attack["stopped_by"] and attack["stopped_by"] != "not stopped"
-        else:
-            assert attack["outcome"] == BREACHED and attack["stopped_by"] == "not stopped"
-    source = by_name["edit_kernelgate_source"]
-    if source["outcome"] == BREACHED:
-        assert source["failed_checks"] == ["canary-changed"], source["findings"]
-        assert "kernelgate source" in source["findings"][0]
-    killer = by_name["kill_parent_at_import"]
-    if killer["outcome"] == BREACHED:
-        assert "judge-crash" in killer["failed_checks"], killer["findings"]
-        assert "SIGKILL" in " ".join(killer["findings"])
-    assert cli.exit_code == (0 if report["ok"] else 1)
+    assert report["schema"] == "kernelgate.hostile/1" and report["ok"] is not breached
+    assert [a["name"] for a in report["attacks"]] == names
+    assert "what stopped it" in cli.output and "kill_parent_at_import" in cli.output
+    if breached:
+        assert report["attacks"][1]["failed_checks"] == ["canary-changed"]
+        assert "not held off" in cli.output and "canary-changed" in cli.output
 
 
 def test_calibrate_hostile_names_an_unknown_attack() -> None:
@@ -186,11 +199,40 @@ def test_calibrate_hostile_names_an_unknown_attack() -> None:
     assert "no_such_attack" in result.output
 
 
+@pytest.fixture(scope="module")
+def whole_suite() -> HostileSuite:
+    """Every attack, once, four at a time (about two minutes on two busy cores)."""
+    return run_suite("cpu", jobs=4, delay=3.0)
+
+
+def test_every_breach_is_reported_under_what_the_attack_aimed_at(
+    whole_suite: HostileSuite,
+) -> None:
+    """Whatever confinement is in force: each attack ran (or says why not), each breach is
+    named by a check the attack declares, the judge answered every time it was not killed,
+    and a canary edit, where it got through, is reported as one."""
+    assert [r.name for r in whole_suite.results] == [a.name for a in ATTACKS]
+    for result, attack in zip(whole_suite.results, ATTACKS, strict=True):
+        assert "runner-error" not in result.failed_checks, result.findings
+        if result.outcome == SKIPPED:
+            assert result.detail, result.name
+            continue
+        assert result.judge_exit is not None, result.name
+        if result.outcome == BREACHED:
+            assert set(result.failed_checks) & set(attack.targets), (result.name, result.findings)
+            assert result.stopped_by == "not stopped"
+        else:
+            assert result.stopped_by and result.stopped_by != "not stopped", result.name
+    source = next(r for r in whole_suite.results if r.name == "edit_kernelgate_source")
+    if source.outcome == BREACHED:
+        assert source.failed_checks == ["canary-changed"], source.findings
+    else:
+        assert source.isolation, "held off must come from confinement it names"
+
+
 @pytest.mark.xfail(strict=False, reason="needs confinement (issue 18, i18-confine)")
-def test_every_attack_is_held_off() -> None:
-    suite = run_suite("cpu", jobs=3)
-    assert len(suite.results) == len(ATTACKS)
-    assert all(r.outcome in (HELD, SKIPPED) for r in suite.results), [
-        (r.name, r.findings) for r in suite.breached
+def test_every_attack_is_held_off(whole_suite: HostileSuite) -> None:
+    assert all(r.outcome in (HELD, SKIPPED) for r in whole_suite.results), [
+        (r.name, r.findings) for r in whole_suite.breached
     ]
-    assert suite.ok
+    assert whole_suite.ok

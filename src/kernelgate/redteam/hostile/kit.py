@@ -183,7 +183,10 @@ def kill(arena: Arena, pid: int, what: str, group: bool = False) -> str:
 
 
 def own_pid_namespace(arena: Arena) -> bool:
-    """Whether this process lives in a PID namespace other than the runner's."""
+    """Whether this process lives in a PID namespace other than the runner's (False when
+    either is unknown: ``kill(-1)`` must never run on a guess)."""
+    if not arena.runner_pidns.startswith("pid:["):
+        return False
     try:
         return os.readlink("/proc/self/ns/pid") != arena.runner_pidns
     except OSError:

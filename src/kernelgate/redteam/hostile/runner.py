@@ -155,6 +155,14 @@ def available_memory() -> int:
     return 0
 
 
+def _pid_namespace() -> str:
+    """The runner's PID namespace ("" when unknown: then no attack counts as confined)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def skip_reason(attack: Attack, device: str) -> str | None:
     """Why ``attack`` does not run here (None: it runs)."""
     if attack.device_only and device == "cpu" and not attack.cpu_analogue:
@@ -206,7 +214,7 @@ def build_arena(attack: Attack, device: str, base: Path | None = None) -> ArenaF
         runner_pid=os.getpid(),
         runner_pgid=os.getpgid(0),
         runner_sid=os.getsid(0),
-        runner_pidns=os.readlink("/proc/self/ns/pid"),
+        runner_pidns=_pid_namespace(),
         fill_bytes=fill_bytes,
         memory_bytes=MEMORY_BOUND if attack.resource == "memory" else 0,
         fork_count=FORK_BOUND if attack.resource == "processes" else 0,
@@ -534,6 +542,12 @@ def isolation_text(evidence: bytes | None) -> str:
     value = environment.get("isolation") if isinstance(environment, dict) else None
     if value is None:
         return ""
+    if isinstance(value, dict) and isinstance(value.get("in_force"), list):
+        text = ", ".join(str(v) for v in value["in_force"]) or "none"
+        missing = value.get("missing")
+        if isinstance(missing, dict) and missing:
+            text += "; missing: " + ", ".join(str(k) for k in missing)
+        return text
     if isinstance(value, dict):
         parts = []
         for key, item in value.items():
@@ -667,6 +681,9 @@ def stopped_by(
     parts: list[str] = []
     blocked = [r.text() for r in reports if not r.ok and r.event != "skipped-unconfined"]
     parts += list(dict.fromkeys(blocked))[:3]
+    # what the attack did and reported done, yet no check saw outside the worker's tree
+    contained = [f"contained: {r.text()}" for r in reports if r.ok]
+    parts += list(dict.fromkeys(contained))[:2]
     if judge.exit_code == 2:
         parts.append(f"load refused: {_error_line(judge.stderr)[:160]}")
     kinds = [i for i in _incidents(look_.evidence) if not i.startswith("exception:")]

@@ -35,7 +35,8 @@ def _read_page(pid: int) -> str:
     with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
         mem.seek(start)
         page = mem.read(min(4096, end - start))
-    return f"read {len(page)} bytes of pid {pid}'s memory at {start:#x} ({name})"
+    where = f" ({name})" if name.startswith(("/", "[")) else ""
+    return f"read {len(page)} bytes of pid {pid}'s memory at {start:#x}{where}"
 
 
 class ModelNew(nn.Module):
