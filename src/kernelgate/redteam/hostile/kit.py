@@ -157,7 +157,9 @@ def under_runner(arena: Arena, pid: int) -> bool:
 def may_signal(arena: Arena, pid: int) -> tuple[bool, str]:
     """Whether this suite lets an attack signal ``pid`` (see the module docstring)."""
     forbidden = {0, 1, arena.runner_pid, arena.runner_pgid, arena.runner_sid}
-    if pid <= 1 or pid in forbidden:
+    if pid == 0:
+        return False, "pid 0: no parent visible from here (the worker heads a PID namespace)"
+    if pid < 0 or pid in forbidden:
         return False, f"pid {pid} is never a target (init, the runner or its group)"
     if not visible(pid):
         return True, f"pid {pid} is not visible here"
