@@ -10,6 +10,7 @@ failure until that is merged.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import subprocess
@@ -104,6 +105,11 @@ def test_attacks_may_signal_only_the_runners_descendants() -> None:
             child.kill()
             child.wait()
         assert kit.may_signal(arena, 4_000_000)[0], "a pid nobody here can see"
+        assert not kit.may_signal(arena, 0)[0], "no parent visible: nothing to signal"
+        # kill(-1) only from a PID namespace other than the runner's, never on a guess
+        assert not kit.own_pid_namespace(arena), "the test runs in the runner's namespace"
+        unknown = dataclasses.replace(arena, runner_pidns="")
+        assert not kit.own_pid_namespace(unknown)
     finally:
         import shutil
 
