@@ -338,12 +338,31 @@ def calibrate_command(
         typer.Option("--jobs", min=1, help="verifications at once (default: cores, at most 4)"),
     ] = None,
     timeout: TimeoutOption = 30.0,
+    hostile: Annotated[
+        bool,
+        typer.Option(
+            "--hostile",
+            help="run the hostile-candidate suite instead: attacks on the judge itself "
+            "(--only names attacks; exit 0 only when every attack is held off; "
+            "docs/security.md)",
+        ),
+    ] = False,
 ) -> None:
     """Run the red team and the positive controls: confusion matrix, catches per gate,
     error-model margins, time per kernel (exit 0 when every defect run is rejected by an
     intended gate and no control is rejected; see docs/redteam.md)."""
-    from kernelgate.redteam.command import calibrate_command_body
+    from kernelgate.redteam.command import calibrate_command_body, hostile_command_body
 
+    if hostile:
+        hostile_command_body(
+            device=device,
+            json_out=json_out,
+            only=only,
+            jobs=jobs,
+            console=console,
+            errors=errors,
+        )
+        return
     calibrate_command_body(
         device=device,
         json_out=json_out,

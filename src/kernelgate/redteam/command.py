@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -171,3 +172,81 @@ def calibrate_command_body(
         json_out.write_text(json.dumps(cal.to_dict(), indent=2))
         console.print(f"calibration written to {json_out}")
     raise typer.Exit(0 if cal.ok else 1)
+
+
+HOSTILE_STYLE = {"held off": "green", "not held off": "bold red", "not run": "cyan"}
+
+
+def print_hostile(suite: Any, console: Console) -> None:
+    """One row per attack: what it tried, the outcome, what stopped it; then the tally."""
+    from kernelgate.redteam.hostile.runner import BREACHED, HELD, SKIPPED
+
+    table = Table(title=f"hostile candidates ({suite.device})")
+    for column in ("attack", "what it tried", "outcome", "what stopped it"):
+        table.add_column(column, overflow="fold")
+    for r in suite.results:
+        outcome = f"[{HOSTILE_STYLE[r.outcome]}]{r.outcome}[/]"
+        if r.findings:
+            outcome += ": " + "; ".join(r.findings)
+        elif r.detail:
+            outcome += f" ({r.detail})"
+        table.add_row(f"{r.name}\n[dim]{r.kind}[/]", r.tries, outcome, r.stopped_by or "-")
+    console.print(table)
+    counts = suite.counts()
+    flips = sum("verdict-flip" in r.failed_checks for r in suite.results)
+    crashes = sum("judge-crash" in r.failed_checks for r in suite.results)
+    outlived = sum("outlived" in r.failed_checks for r in suite.results)
+    console.print(
+        f"{counts[HELD]} held off, {counts[BREACHED]} not held off, {counts[SKIPPED]} not run; "
+        f"verdict flips {flips}, judge crashes {crashes}, attacks that outlived the "
+        f"verification {outlived}; {suite.seconds:.1f} s",
+        highlight=False,
+    )
+    isolation = sorted({r.isolation for r in suite.results if r.isolation})
+    console.print(
+        "isolation reported by the judge: " + (" | ".join(isolation) if isolation else "none"),
+        highlight=False,
+    )
+    if suite.ok:
+        console.print("[bold green]every attack that ran was held off[/]")
+    else:
+        console.print(
+            "[bold red]not held off[/]: " + ", ".join(r.name for r in suite.breached),
+            highlight=False,
+        )
+
+
+def hostile_command_body(
+    *,
+    device: str,
+    json_out: Path | None,
+    only: list[str] | None,
+    jobs: int | None,
+    console: Console,
+    errors: Console,
+) -> None:
+    """Run the hostile-candidate suite with a progress bar, print it, write JSON, exit 0 / 1."""
+    from kernelgate.errors import KernelgateError
+    from kernelgate.pipeline import resolve_device
+    from kernelgate.redteam.hostile.catalog import attacks
+    from kernelgate.redteam.hostile.runner import AttackResult, run_suite
+
+    device = resolve_device(device)
+    try:
+        selected = attacks(only)
+    except KeyError as exc:
+        raise KernelgateError(str(exc.args[0])) from None
+    with work_progress(errors, "attacks") as progress:
+        task = progress.add_task("attacking the judge", total=len(selected))
+
+        def on_result(result: AttackResult) -> None:
+            progress.update(task, description=f"{result.name}: {result.outcome}")
+            progress.advance(task)
+
+        suite = run_suite(device, only, jobs=jobs or 2, on_result=on_result)
+    print_hostile(suite, console)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(suite.to_dict(), indent=2))
+        console.print(f"hostile-candidate report written to {json_out}")
+    raise typer.Exit(0 if suite.ok else 1)
