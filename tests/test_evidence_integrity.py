@@ -120,7 +120,8 @@ def test_an_interrupted_atomic_write_leaves_the_old_file_and_no_partial_one(
 def test_worker_tree_settled_kills_and_reaps_an_adopted_orphan_and_gives_the_role_back() -> None:
     """A double-forked process (its parent exits at once) is adopted by the verifying process
     while the block runs, and killed when it ends; the subreaper role is as it was before."""
-    from kernelgate.audit.processes import is_subreaper, worker_tree_settled
+    from kernelgate.audit.processes import is_subreaper
+    from kernelgate.audit.settled import worker_tree_settled
 
     was_subreaper = is_subreaper()
     with worker_tree_settled() as settled:

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelgate.audit.interrupt import AuditInterrupted
-from kernelgate.audit.processes import SettledTree
+from kernelgate.audit.settled import SettledTree
 from kernelgate.errors import KernelgateError
 from kernelgate.gates import GATE_IDS
 from kernelgate.gates.base import GateResult, Status
@@ -123,7 +123,7 @@ def verify_command(
 ) -> None:
     """Verify CANDIDATE against REFERENCE and print the gates and the verdict (with --json,
     the evidence's SHA-256 too: `sha256sum FILE` must print the same; docs/security.md)."""
-    from kernelgate.audit.processes import worker_tree_settled
+    from kernelgate.audit.settled import worker_tree_settled
     from kernelgate.pipeline import verify
 
     with worker_tree_settled() as settled, work_progress(errors, "gates") as progress:

@@ -40,8 +40,8 @@ from kernelgate.audit.processes import (
     kill_descendants,
     kill_tree,
     tail,
-    worker_tree_settled,
 )
+from kernelgate.audit.settled import worker_tree_settled
 from kernelgate.evidence_io import sha256_file, write_atomic
 from kernelgate.formats.corpus import CorpusRecord
 from kernelgate.journal import DEVICE_MEMORY_SIGNS, GateJournal, journal_key
@@ -239,9 +239,10 @@ def evidence_tampering(row: dict[str, Any], work: Path) -> str | None:
         found = f"unreadable ({exc.strerror or exc})"
     if claimed == found:
         return None
+    now = found if found.startswith("unreadable") else found[:12]
     return (
         f"the evidence {work.name}/{EVIDENCE_NAME} changed after its judge wrote it "
-        f"(sha256 written {str(claimed)[:12]}, now {found[:12]}): something outside the judge "
+        f"(sha256 written {str(claimed)[:12]}, now {now}): something outside the judge "
         "wrote into the record's folder, most likely a process the candidate left running; "
         "its verdict is not trusted (judge it again: --resume --rejudge-record)"
     )
