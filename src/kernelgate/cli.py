@@ -15,6 +15,7 @@ from typing import Annotated, ParamSpec
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelgate.audit.interrupt import AuditInterrupted
@@ -198,7 +199,7 @@ def write_evidence(path: Path, text: str, settled: SettledTree) -> str:
         errors.print(
             f"[yellow]killed {len(settled.killed)} process(es) still running after the "
             "candidate's workers closed[/] (a candidate's leftover, or a worker left open): "
-            + "; ".join(settled.killed),
+            + escape("; ".join(settled.killed)),
             highlight=False,
         )
     if not settled.adopting:
@@ -367,7 +368,7 @@ def audit_report_command(
     summary = write_report_from_store(out)
     integrity = summary["evidence_integrity"]
     for warning in integrity_text(summary)[1]:
-        errors.print(f"[yellow]{warning}[/]", highlight=False)
+        errors.print(f"[yellow]{escape(warning)}[/]", highlight=False)
     console.print(
         f"{summary['records']} record(s), {integrity['verified']} evidence file(s) match their "
         f"digests; report: {out / 'report.html'}",

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from kernelgate.audit.interrupt import AuditInterrupted
 from kernelgate.audit.report import integrity_text
@@ -162,7 +163,7 @@ def audit_command_body(
         highlight=False,
     )
     for warning in integrity_text(summary)[1]:
-        errors.print(f"[yellow]{warning}[/]", highlight=False)
+        errors.print(f"[yellow]{escape(warning)}[/]", highlight=False)
     if not summary.get("plots"):
         errors.print("[yellow]matplotlib is not installed: the report has no plots[/]")
     console.print(f"report: {out / 'report.html'} (also report.md, summary.json)", highlight=False)
