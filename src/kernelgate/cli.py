@@ -15,9 +15,11 @@ from typing import Annotated, ParamSpec
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelgate.audit.interrupt import AuditInterrupted
+from kernelgate.audit.settled import SettledTree
 from kernelgate.errors import KernelgateError
 from kernelgate.gates import GATE_IDS
 from kernelgate.gates.base import GateResult, Status
@@ -36,6 +38,7 @@ console = Console(width=None if sys.stdout.isatty() else 140)
 errors = Console(stderr=True)
 
 P = ParamSpec("P")
+EVIDENCE_DIGEST_SHOWN = 12  # hex digits of the evidence's SHA-256 in the verdict line
 EXIT_CODES = {Outcome.VERIFIED: 0, Outcome.REJECTED: 1, Outcome.NARROWED: 3}
 STATUS_STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIPPED: "yellow"}
 VERDICT_STYLE = {
@@ -120,10 +123,12 @@ def verify_command(
         ),
     ] = False,
 ) -> None:
-    """Verify CANDIDATE against REFERENCE and print the gates and the verdict."""
+    """Verify CANDIDATE against REFERENCE and print the gates and the verdict (with --json,
+    the evidence's SHA-256 too: `sha256sum FILE` must print the same; docs/security.md)."""
+    from kernelgate.audit.settled import worker_tree_settled
     from kernelgate.pipeline import verify
 
-    with work_progress(errors, "gates") as progress:
+    with worker_tree_settled() as settled, work_progress(errors, "gates") as progress:
         task = progress.add_task("loading reference and candidate", total=len(GATE_IDS))
 
         def on_gate(gate_id: str, result: GateResult | None) -> None:
@@ -143,13 +148,19 @@ def verify_command(
             on_gate=on_gate,
             sanitize=sanitize,
         )
+    # Every worker of the verification, and whatever its candidate left running, is gone
+    # now (``worker_tree_settled``): nothing of the candidate's can rewrite the evidence.
     console.print(gate_table(verdict))
+    digest = write_evidence(json_out, verdict.to_json(), settled) if json_out else None
     style = VERDICT_STYLE[verdict.verdict]
     failed = ", ".join(verdict.failed_gates)
     console.print(
         f"verdict: [{style}]{verdict.verdict.value}[/]"
         + (f" (failed: {failed})" if failed else "")
         + f"  in {verdict.seconds:.1f} s"
+        + (f"; evidence sha256 {digest[:EVIDENCE_DIGEST_SHOWN]}..." if digest else ""),
+        highlight=False,
+        soft_wrap=True,
     )
     console.print(summary_line(verdict.environment.get("isolation")), highlight=False)
     if verdict.verified_domain is not None:
@@ -163,11 +174,46 @@ def verify_command(
             f"[yellow]{len(verdict.skipped)} gate(s) skipped[/]: " + "; ".join(verdict.skipped),
             highlight=False,
         )
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(verdict.to_json())
-        console.print(f"evidence written to {json_out}")
+    if json_out is not None and digest is not None:
+        # the full digest, never wrapped, to copy: `sha256sum FILE` prints the same
+        console.print(
+            f"evidence written to {json_out}, sha256 {digest}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     raise typer.Exit(EXIT_CODES[verdict.verdict])
+
+
+def write_evidence(path: Path, text: str, settled: SettledTree) -> str:
+    """Write ``verify``'s evidence whole (``write_atomic``) and return its SHA-256, once the
+    verification's processes are gone; a process that would not die is a harness error
+    (nothing is written while something of the candidate's may still run)."""
+    from kernelgate.evidence_io import write_atomic
+
+    if settled.surviving:
+        raise KernelgateError(
+            f"process(es) {', '.join(map(str, settled.surviving))} of the verification "
+            f"would not die within seconds; no evidence written to {path}. Kill them and "
+            "verify again"
+        )
+    if settled.killed:
+        errors.print(
+            f"[yellow]killed {len(settled.killed)} process(es) still running after the "
+            "candidate's workers closed[/] (a candidate's leftover, or a worker left open): "
+            + escape("; ".join(settled.killed)),
+            highlight=False,
+        )
+    if not settled.adopting:
+        errors.print(
+            "[yellow]this platform cannot adopt a candidate's orphaned processes "
+            "(no PR_SET_CHILD_SUBREAPER): one that escaped its worker is not killed here[/]",
+            highlight=False,
+        )
+    try:
+        return write_atomic(path, text)
+    except OSError as exc:
+        raise KernelgateError(f"cannot write the evidence to {path}: {exc}") from None
 
 
 @command("contract")
@@ -316,11 +362,20 @@ def audit_report_command(
     out: Annotated[Path, typer.Argument(help="an audit's output folder (holds audit.sqlite)")],
 ) -> None:
     """Rewrite an audit's report (summary.json, report.md, report.html, plots) from its
-    store, without judging anything: for a store finished on another machine."""
+    store, without judging anything: for a store finished on another machine. Refused (exit
+    2, no report written) when a record's evidence changed since it was judged."""
+    from kernelgate.audit.report import integrity_text
     from kernelgate.audit.runner import write_report_from_store
 
     summary = write_report_from_store(out)
-    console.print(f"{summary['records']} record(s); report: {out / 'report.html'}", highlight=False)
+    integrity = summary["evidence_integrity"]
+    for warning in integrity_text(summary)[1]:
+        errors.print(f"[yellow]{escape(warning)}[/]", highlight=False)
+    console.print(
+        f"{summary['records']} record(s), {integrity['verified']} evidence file(s) match their "
+        f"digests; report: {out / 'report.html'}",
+        highlight=False,
+    )
 
 
 @command("calibrate")

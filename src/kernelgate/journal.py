@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelgate.evidence_io import write_atomic
 from kernelgate.gates.base import GateResult, Incident
 
 JOURNAL_SCHEMA = "kernelgate.gate-journal/1"
@@ -120,10 +121,7 @@ class GateJournal:
         return entries if lines else None
 
     def _write(self, entries: list[dict[str, Any]]) -> None:
-        partial = self.path.with_name(self.path.name + ".partial")
+        """Rewrite the journal whole (``write_atomic``): a kill mid-rewrite keeps the old one."""
         header = json.dumps({"schema": JOURNAL_SCHEMA, "key": self.key})
-        with partial.open("w") as stream:
-            stream.write(header + "\n")
-            for entry in entries:
-                stream.write(json.dumps(entry) + "\n")
-        os.replace(partial, self.path)
+        lines = [header, *(json.dumps(entry) for entry in entries)]
+        write_atomic(self.path, "".join(line + "\n" for line in lines))

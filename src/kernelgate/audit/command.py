@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from kernelgate.audit.interrupt import AuditInterrupted
+from kernelgate.audit.report import integrity_text
 from kernelgate.audit.runner import AuditPlan, run_audit
 from kernelgate.progress import work_progress
 
@@ -160,6 +162,8 @@ def audit_command_body(
         f"old check accepts but contract rejects: {matrix['old_accepts_contract_rejects']}",
         highlight=False,
     )
+    for warning in integrity_text(summary)[1]:
+        errors.print(f"[yellow]{escape(warning)}[/]", highlight=False)
     if not summary.get("plots"):
         errors.print("[yellow]matplotlib is not installed: the report has no plots[/]")
     console.print(f"report: {out / 'report.html'} (also report.md, summary.json)", highlight=False)

@@ -41,6 +41,8 @@ from kernelgate.audit.processes import (
     kill_tree,
     tail,
 )
+from kernelgate.audit.settled import worker_tree_settled
+from kernelgate.evidence_io import sha256_file, write_atomic
 from kernelgate.formats.corpus import CorpusRecord
 from kernelgate.journal import DEVICE_MEMORY_SIGNS, GateJournal, journal_key
 
@@ -51,6 +53,7 @@ RECORD_LIMIT_PER_TIMEOUT = 100  # candidate calls one record may make, at most, 
 # in a record's work folder: the gates finished so far, and the old check's result, so that
 # a judge killed mid-record (a device call's deadline) resumes where it was
 JOURNAL_NAME, OLD_CHECK_NAME = "gates.jsonl", "old_check.json"
+EVIDENCE_NAME = "verdict.json"  # a record's full evidence, in its work folder
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ def base_row(record: CorpusRecord) -> dict[str, Any]:
         "seconds": 0.0,
         "replay": None,
         "evidence": None,
+        "evidence_sha256": None,  # of verdict.json's bytes, checked by the audit (integrity.py)
         "judged_with": code_digest(),
     }
 
@@ -211,6 +215,51 @@ def result_path(out_dir: Path, record_id: str) -> Path:
     return out_dir / "records" / work_folder_name(record_id) / "result.json"
 
 
+def evidence_path(out_dir: Path, record_id: str) -> Path:
+    """Where the judge of ``record_id`` writes its full evidence (``verify``'s verdict)."""
+    return out_dir / "records" / work_folder_name(record_id) / EVIDENCE_NAME
+
+
+def evidence_tampering(row: dict[str, Any], work: Path) -> str | None:
+    """Why the evidence a judge's row points to is not what the judge wrote, or None.
+
+    The judge digests ``verdict.json``'s bytes as it writes them, after every process of
+    the verification is gone (``worker_tree_settled``), and puts the digest in its row. The
+    audit reads the row only after the judge and its tree have exited, and digests the file
+    again: a difference means something else wrote into the record's folder in between (a
+    process the candidate left running where nothing confines it, or a person).
+    """
+    if not row.get("evidence"):
+        return None  # the candidate never reached the gates: no evidence file
+    claimed = row.get("evidence_sha256")
+    evidence = work / EVIDENCE_NAME
+    try:
+        found = sha256_file(evidence)
+    except OSError as exc:
+        found = f"unreadable ({exc.strerror or exc})"
+    if claimed == found:
+        return None
+    now = found if found.startswith("unreadable") else found[:12]
+    return (
+        f"the evidence {work.name}/{EVIDENCE_NAME} changed after its judge wrote it "
+        f"(sha256 written {str(claimed)[:12]}, now {now}): something outside the judge "
+        "wrote into the record's folder, most likely a process the candidate left running; "
+        "its verdict is not trusted (judge it again: --resume --rejudge-record)"
+    )
+
+
+def ingested(row: dict[str, Any], record: CorpusRecord, work: Path) -> dict[str, Any]:
+    """``row`` as the audit stores it: an error row that names the tampering if its evidence
+    is not what its judge wrote (``evidence_tampering``)."""
+    tampered = evidence_tampering(row, work)
+    if tampered is None:
+        return row
+    return error_row(record, tampered, float(row.get("seconds") or 0.0)) | {
+        "stage": "evidence",
+        "evidence_tampered": True,
+    }
+
+
 def finished_but_unstored(record: CorpusRecord, result: Path) -> dict[str, Any] | None:
     """The row a judge of this code wrote for ``record`` in an earlier run that was killed
     before it stored the row (a deadline's SIGKILL lands between the two now and then).
@@ -267,9 +316,10 @@ def judge_isolated(
     unstored = finished_but_unstored(record, result)
     if unstored is not None:
         request.unlink(missing_ok=True)
-        return unstored | {"recovered_result": True}
+        return ingested(unstored, record, work) | {"recovered_result": True}
     result.unlink(missing_ok=True)
-    request.write_text(json.dumps({"record": record.to_dict(), "options": asdict(options)}))
+    (work / EVIDENCE_NAME).unlink(missing_ok=True)  # an earlier judging's must not pass for this
+    write_atomic(request, json.dumps({"record": record.to_dict(), "options": asdict(options)}))
     env = child_env(options.device)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -319,7 +369,9 @@ def judge_isolated(
         row = json.loads(result.read_text())
         if not isinstance(row, dict) or row.get("id") != record.id:
             raise ValueError("result belongs to another record")
-        return row
+        # the judge and its whole tree have exited: the evidence is checked against the
+        # digest its judge wrote, and from here on the store's row holds that digest
+        return ingested(row, record, work)
     except (OSError, ValueError) as exc:
         how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
         if stopped_by_guard:
@@ -402,35 +454,49 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
         seed=options.seed,
     )
     journal = GateJournal(work / JOURNAL_NAME, key)
-    _log_step("old check ...")
-    old = _old_check(reference, candidate, backend, options, work / OLD_CHECK_NAME, key)
-    _log_step(f"old check {old['status']}")
-    row |= {
-        "old_check": old["status"],
-        "old_check_current": old.get("status_current", old["status"]),
-        "old_check_detail": old,
-    }
-    try:
-        verdict = verify(
-            reference,
-            candidate,
-            device=options.device,
-            timeout=options.timeout,
-            seed=options.seed,
-            journal=journal,
-            on_gate=_log_gate,
-            trace=_log_step,
-        )
-    except CandidateLoadError as exc:
-        row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
-    except ReferenceError_ as exc:
-        row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
-    except KernelgateError as exc:
-        row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
-    else:
-        evidence = work / "verdict.json"
-        evidence.write_text(verdict.to_json())
+    verdict = None
+    # Both the old check and the gates run the candidate; whatever either left running is
+    # killed before a byte of evidence is written (``worker_tree_settled``).
+    with worker_tree_settled() as settled:
+        _log_step("old check ...")
+        old = _old_check(reference, candidate, backend, options, work / OLD_CHECK_NAME, key)
+        _log_step(f"old check {old['status']}")
         row |= {
+            "old_check": old["status"],
+            "old_check_current": old.get("status_current", old["status"]),
+            "old_check_detail": old,
+        }
+        try:
+            verdict = verify(
+                reference,
+                candidate,
+                device=options.device,
+                timeout=options.timeout,
+                seed=options.seed,
+                journal=journal,
+                on_gate=_log_gate,
+                trace=_log_step,
+            )
+        except CandidateLoadError as exc:
+            row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
+        except ReferenceError_ as exc:
+            row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
+        except KernelgateError as exc:
+            row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
+    if settled.killed:
+        _log_step(f"killed {len(settled.killed)} leftover process(es): {'; '.join(settled.killed)}")
+        row["leftover_processes"] = settled.killed
+    if settled.surviving:
+        row |= {
+            "verdict": ERROR,
+            "stage": "evidence",
+            "reason": f"process(es) {settled.surviving} of the verification would not die; "
+            "no evidence written",
+        }
+    elif verdict is not None:
+        evidence = work / EVIDENCE_NAME
+        row |= {
+            "evidence_sha256": write_atomic(evidence, verdict.to_json()),
             "verdict": verdict.verdict.value,
             "stage": "gates",
             "failed_gates": verdict.failed_gates,
@@ -485,7 +551,7 @@ def _old_check(
         old = oldcheck.run_old_check(
             reference, candidate, device=options.device, timeout=options.timeout
         )
-    saved.write_text(json.dumps({"key": key, "result": old}))
+    write_atomic(saved, json.dumps({"key": key, "result": old}))
     return old
 
 
@@ -531,9 +597,7 @@ def _main(request_path: str, result_path: str) -> None:
     record = CorpusRecord.from_dict(request["record"])
     options = AuditOptions(**request["options"])
     row = judge_record(record, options, Path(result_path).parent)
-    partial = Path(result_path + ".partial")
-    partial.write_text(json.dumps(row))
-    os.replace(partial, result_path)  # a half-written result is never read as a row
+    write_atomic(Path(result_path), json.dumps(row))  # a half-written result is never read
 
 
 if __name__ == "__main__":

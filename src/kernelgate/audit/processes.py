@@ -17,6 +17,7 @@ from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 PARENT_ENV = "KERNELGATE_AUDIT_PARENT"  # the pid a child must die with
 
 
@@ -39,21 +40,36 @@ def die_with_parent(expected_parent: int | None = None) -> None:
         os._exit(1)
 
 
-def become_subreaper() -> None:
-    """Adopt this process's orphaned descendants (call it in the judge).
+def become_subreaper(enable: bool = True) -> bool:
+    """Adopt this process's orphaned descendants (call it in the judge); whether it worked.
 
     A candidate that forks twice and lets the middle process exit (a daemon's classic
     escape) leaves a grandchild that Linux hands to init, out of every process tree that
     ``kill_tree`` walks: it would outlive its record and the audit. Under a subreaper
     judge it is handed to the judge instead, where ``kill_tree`` of the judge finds it.
+    ``enable=False`` gives the role back (``worker_tree_settled`` restores what it found).
     """
     if not sys.platform.startswith("linux"):
-        return
+        return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, int(enable), 0, 0, 0) == 0
     except (OSError, AttributeError):
-        return
+        return False
+
+
+def is_subreaper() -> bool:
+    """Whether this process adopts its orphaned descendants (False where it cannot tell)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        state = ctypes.c_int(0)
+        if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(state), 0, 0, 0) != 0:
+            return False
+        return bool(state.value)
+    except (OSError, AttributeError):
+        return False
 
 
 def children_map() -> dict[int, list[int]]:

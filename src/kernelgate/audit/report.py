@@ -25,14 +25,15 @@ import html
 import io
 import json
 import math
-import os
 import re
 import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from kernelgate.audit.integrity import check_evidence, refuse_changed
 from kernelgate.audit.oldcheck import ACCEPTED, REJECTED
+from kernelgate.evidence_io import write_atomic
 
 CONTRACT_OUTCOMES = ("verified", "narrowed", "rejected", "unreadable", "error")
 OLD_CHECK_OUTCOMES = ("accepted", "rejected", "not-run", "error")
@@ -622,13 +623,44 @@ def _other_entries(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def integrity_text(summary: dict[str, Any]) -> tuple[str, list[str]]:
+    """The report's evidence-integrity line, and warnings for evidence it cannot vouch for
+    (see ``integrity.py``; changed evidence never reaches a report)."""
+    check = summary.get("evidence_integrity") or {}
+    verified = check.get("verified", 0)
+    line = (
+        f"Evidence integrity: {verified} evidence file(s) match the SHA-256 recorded when they "
+        "were judged"
+    )
+    warnings = []
+    if check.get("unverifiable_ids"):
+        ids = check["unverifiable_ids"]
+        warnings.append(
+            f"UNVERIFIABLE: {len(ids)} record(s) have evidence but no recorded digest (a store "
+            "written before digests were kept), so nothing shows whether their verdict.json is "
+            f"the one judged: {', '.join(ids)}. Judge them again (--resume --rejudge-record) "
+            "to have it checked."
+        )
+    if check.get("missing_ids"):
+        ids = check["missing_ids"]
+        warnings.append(
+            f"MISSING: {len(ids)} record(s) have a recorded digest but no verdict.json in "
+            f"records/ (a folder carried without it?): {', '.join(ids)}."
+        )
+    return line + ("." if not warnings else "; not the others:"), warnings
+
+
 def _markdown(summary: dict[str, Any], images: dict[str, bytes]) -> str:
+    integrity, warnings = integrity_text(summary)
     lines = [
         "# kernelgate audit",
         "",
         f"Source: {_source_text(summary['settings'])}, device "
         f"`{summary['settings']['device']}`, {_records_text(summary)}.",
         "",
+        integrity,
+        "",
+        *[f"> **{warning}**\n" for warning in warnings],
     ]
     for title, header, rows in _sections(summary):
         lines += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -670,6 +702,9 @@ def _html(summary: dict[str, Any], images: dict[str, bytes]) -> str:
         f"<p>Source: {e(_source_text(summary['settings']))}, device "
         f"<code>{e(summary['settings']['device'])}</code>, {e(_records_text(summary))}.</p>",
     ]
+    integrity, warnings = integrity_text(summary)
+    parts.append(f"<p>{e(integrity)}</p>")
+    parts += [f"<p style='color:#b00'><b>{e(warning)}</b></p>" for warning in warnings]
     for title, header, rows in _sections(summary):
         parts.append(f"<h2>{e(title)}</h2><table><tr>")
         parts += [f"<th>{e(h)}</th>" for h in header]
@@ -735,20 +770,23 @@ def write_report(
 
     Each file is replaced whole: an interrupted audit that runs out of time while writing
     its report leaves every file either as it was or complete, never half written.
+
+    Before anything is written, every record's evidence file is digested again and compared
+    with its row (``integrity.check_evidence``): evidence that changed since it was judged
+    raises ``EvidenceChanged`` and no file is written; missing evidence, and evidence whose
+    row records no digest (an older store), are named at the top of the report.
     """
+    check = check_evidence(out_dir, rows)
+    refuse_changed(check, out_dir, settings)
     summary = summarize(rows, settings, runs or [], corpus_ids)
+    summary["evidence_integrity"] = check.summary()
+    for row in summary["rows"]:
+        row["evidence_integrity"] = check.status.get(row["id"])
     images = _plots(summary, rows)
     for name, png in images.items():
-        _replace(out_dir / f"{name}.png", png)
+        write_atomic(out_dir / f"{name}.png", png)
     summary["plots"] = sorted(f"{name}.png" for name in images)
-    _replace(out_dir / "summary.json", json.dumps(summary, indent=2).encode())
-    _replace(out_dir / "report.md", _markdown(summary, images).encode())
-    _replace(out_dir / "report.html", _html(summary, images).encode())
+    write_atomic(out_dir / "summary.json", json.dumps(summary, indent=2))
+    write_atomic(out_dir / "report.md", _markdown(summary, images))
+    write_atomic(out_dir / "report.html", _html(summary, images))
     return summary
-
-
-def _replace(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file renamed over it."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
