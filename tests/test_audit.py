@@ -40,14 +40,16 @@ def audit_args(corpus: Path, out: Path, *options: str) -> list[str]:
     return ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, *options]
 
 
-def kernelgate(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def kernelgate(
+    *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "kernelgate.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
         check=False,
     )
 
@@ -942,8 +944,18 @@ def test_a_judge_killed_mid_record_resumes_at_its_next_gate(tmp_path: Path) -> N
         killer + CANDIDATES["honest"].replace("return torch", "_count()\n        return torch")
     )
     out = tmp_path / "out"
+    # The candidate stands in for a killer from outside, which confinement rightly stops
+    # (tests/test_confine.py, tests/test_hostile.py): this test is about the resume.
     result = kernelgate(
-        "audit", str(corpus.parent), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"
+        "audit",
+        str(corpus.parent),
+        "--out",
+        str(out),
+        "--timeout",
+        TIMEOUT,
+        "--workers",
+        "2",
+        env={"KERNELGATE_ISOLATION": "off"},
     )
     assert result.returncode == 0, result.stderr
     row = stored_rows(out)["killer"]

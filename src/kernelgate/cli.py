@@ -71,7 +71,8 @@ def command(name: str) -> Callable[[Callable[P, None]], Callable[P, None]]:
 
 
 def fail(message: str) -> None:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    # Never hard-wrapped: a message may end in a command to copy (a long path would break it).
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
