@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,3 +31,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def softmax_reference() -> Path:
     return SOFTMAX / "reference.py"
+
+
+def kernelgate(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would, in its own process, 200 columns wide (rich would
+    otherwise wrap tables and messages at 80 under a pipe)."""
+    return subprocess.run(
+        [sys.executable, "-m", "kernelgate.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        check=False,
+    )

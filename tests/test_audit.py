@@ -7,6 +7,7 @@ about two minutes on two cores; ``--timeout 2`` keeps the hanging candidate chea
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -31,6 +32,10 @@ from kernelgate.gates import GATE_IDS
 
 from .audit_corpus import CANDIDATES, EXPECTED, REFERENCE, write_pairs
 from .conftest import ROOT
+from .conftest import kernelgate as run_kernelgate
+
+# An audit's subprocess is given at most 240 s here.
+kernelgate = functools.partial(run_kernelgate, timeout=240)
 
 TIMEOUT = "2"
 
@@ -38,20 +43,6 @@ TIMEOUT = "2"
 def audit_args(corpus: Path, out: Path, *options: str) -> list[str]:
     """``kernelgate audit`` of ``corpus`` into ``out`` at the tests' timeout, plus ``options``."""
     return ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, *options]
-
-
-def kernelgate(
-    *args: str, timeout: float = 240, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kernelgate.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-        check=False,
-    )
 
 
 def stored_rows(out: Path) -> dict[str, dict[str, Any]]:

@@ -3,31 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kernelgate.gates import GATE_IDS
 
-from .conftest import DATA, ROOT, SOFTMAX
+from .conftest import DATA, SOFTMAX, kernelgate
 
 REFERENCE = str(SOFTMAX / "reference.py")
-
-
-def kernelgate(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "kernelgate.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
 
 
 def test_verified_exits_zero_and_writes_evidence(tmp_path: Path) -> None:

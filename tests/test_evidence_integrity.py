@@ -15,7 +15,6 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,24 +25,10 @@ from kernelgate.audit.store import STORE_NAME
 from kernelgate.evidence_io import sha256_file, write_atomic
 
 from .audit_corpus import REFERENCE, _candidate, write_pairs
-from .conftest import ROOT
+from .conftest import kernelgate
 
 TIMEOUT = "2"
 FORGED = '{"verdict": "verified"}\n'
-
-
-def kernelgate(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kernelgate.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-        check=False,
-    )
 
 
 def file_sha256(path: Path) -> str:
