@@ -60,6 +60,9 @@ def _needs(abilities: dict[str, Any], *any_of: str) -> None:
         pytest.skip(f"none of {any_of} on this machine: {abilities['missing']}")
 
 
+SYSCTL = "/proc/sys/kernel/core_pattern"  # host-wide: a worker must never write it
+
+
 def _candidate(tmp_path: Path, attack: str) -> Path:
     """A candidate that runs ``attack`` at import, recording outcomes in ``attempts``."""
     body = textwrap.dedent(attack)
@@ -137,6 +140,9 @@ def test_candidate_writes_only_into_its_scratch(tmp_path, abilities) -> None:
         + _try("new file outside", f"open({str(tmp_path / 'new.txt')!r}, 'w').write('x')")
         + _try("touch kernelgate", f"os.utime({str(source_file)!r})")
         + _try("shared memory", "open('/dev/shm/kernelgate-confine-test', 'w').write('x')")
+        + _try("own proc", "open('/proc/self/comm', 'w').write('kg-confined')")
+        # the value it already has: harmless should confinement fail
+        + _try("sysctl", f"open({SYSCTL!r}, 'w').write(open({SYSCTL!r}).read())")
         + _try("scratch", "open('inside.txt', 'w').write('ok')")
         + _try("dev null", "open('/dev/null', 'w').write('ok')"),
     )
@@ -146,9 +152,20 @@ def test_candidate_writes_only_into_its_scratch(tmp_path, abilities) -> None:
     if "readonly-root" in abilities["in_force"]:  # Landlock does not cover metadata
         assert source_file.stat().st_mtime_ns == source_before
         assert attempts["touch kernelgate"] == "OSError"  # EROFS
+    # /dev/shm: CUDA needs it writable, so the worker gets a private tmpfs there where it
+    # has a mount namespace (written, but never the judge's); else writing is denied
     assert not shared.exists()
+    private_shm = "readonly-root" in session.isolation["in_force"]
+    assert (
+        attempts["shared memory"] == "done" if private_shm else attempts["shared memory"] != "done"
+    )
+    # /proc: CUDA writes under /proc/self, so a private /proc is writable but for the
+    # host-wide knobs (/proc/sys and the like), bound read-only
+    assert attempts["sysctl"] != "done"
+    if "private-proc" in session.isolation["in_force"]:
+        assert attempts["own proc"] == "done"
     assert attempts["scratch"] == "done" and attempts["dev null"] == "done"
-    for name in ("append reference", "overwrite outside", "new file outside", "shared memory"):
+    for name in ("append reference", "overwrite outside", "new file outside"):
         assert attempts[name] in ("PermissionError", "OSError"), (name, attempts[name])
     assert {"landlock-fs", "readonly-root"} & set(session.isolation["in_force"])
 

@@ -125,6 +125,9 @@ MECHANISMS = (
 )
 ENV_SWITCH = "KERNELGATE_ISOLATION"  # "auto" (default) or "off"
 GIB = 1 << 30
+SHARED_MEMORY = "/dev/shm"
+PROC = "/proc"
+PROC_HOST_WIDE = ("sys", "sysrq-trigger", "irq", "bus", "fs")  # stay read-only in a worker
 
 
 @dataclass
@@ -137,6 +140,7 @@ class Policy:
     open_files: int = 4096
     file_bytes: int = 8 * GIB  # big enough for Triton's and torch's caches
     processes: int = 4096  # threads count too (RLIMIT_NPROC and pids.max both count tasks)
+    shared_memory_bytes: int = 2 * GIB  # the private /dev/shm (tmpfs: host memory)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -268,13 +272,15 @@ def _prctl(option: int, arg: int = 0) -> None:
     _check(_libc.prctl(*args, ctypes.c_ulong(0), ctypes.c_ulong(0)), "prctl")
 
 
-def _mount(source: str, target: str, fstype: str | None, flags: int) -> None:
+def _mount(
+    source: str, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
     result = _libc.mount(
         source.encode(),
         target.encode(),
         fstype.encode() if fstype else None,
         ctypes.c_ulong(flags),
-        None,
+        data.encode() if data else None,
     )
     _check(result, f"mount {target}")
 
@@ -332,9 +338,12 @@ def writable_devices(root: str = "/dev") -> list[str]:
     return found
 
 
-def apply_landlock(abi: int, scratch: str, report: Report) -> None:
-    """Restrict this thread and its future children: writes only in ``scratch`` and the
-    allowed devices; by ABI, no TCP and no signals or abstract sockets beyond the domain."""
+def apply_landlock(
+    abi: int, scratch: str, report: Report, private_folders: tuple[str, ...] = ()
+) -> None:
+    """Restrict this thread and its future children: writes only in ``scratch``, in the
+    worker's own ``private_folders`` (a fresh /dev/shm) and to the allowed devices; by ABI,
+    no TCP and no signals or abstract sockets beyond the domain."""
     fs_rights = WRITE_RIGHTS_V1
     if abi >= 2:
         fs_rights |= FS_REFER
@@ -359,9 +368,8 @@ def apply_landlock(abi: int, scratch: str, report: Report) -> None:
     )
     try:
         file_rights = FS_WRITE_FILE | (FS_TRUNCATE if abi >= 3 else 0)
-        for path, rights in [(scratch, fs_rights)] + [
-            (device, file_rights) for device in writable_devices()
-        ]:
+        folders = [(folder, fs_rights) for folder in (scratch, *private_folders)]
+        for path, rights in folders + [(device, file_rights) for device in writable_devices()]:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
                 rule = _PathBeneathAttr(allowed_access=rights, parent_fd=fd)
@@ -472,10 +480,50 @@ def readonly_root(scratch: str) -> None:
     os.chdir(scratch)  # the old working directory is the folder below the new mount
 
 
-def private_mounts(policy: Policy, report: Report) -> None:
+def private_shared_memory(size: int) -> str | None:
+    """A fresh tmpfs over /dev/shm, seen only in the worker's mount namespace: the CUDA
+    driver creates files there when it initialises (cudaGetDeviceCount fails with error 304,
+    "OS call failed", when it cannot), so a confined worker needs it writable, and a private
+    one carries nothing between candidates and holds at most ``size`` bytes of memory.
+    None when there is no /dev/shm or it cannot be mounted (it then stays read-only)."""
+    if not os.path.isdir(SHARED_MEMORY):
+        return None
+    try:
+        _mount("tmpfs", SHARED_MEMORY, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+    except OSError:
+        return None
+    return SHARED_MEMORY
+
+
+def writable_private_proc() -> str | None:
+    """The worker's own /proc made writable, but for the host-wide knobs it shows.
+
+    Why: the CUDA driver writes files under ``/proc/self`` when it initialises (cudaGetDeviceCount
+    fails with error 304, "OS call failed", when it cannot; measured on the H200), and a
+    worker's pid changes with every process, so no narrower folder can be granted. Only a
+    fresh /proc of the worker's PID namespace is opened up, and first the parts that reach
+    the whole machine are bound read-only over themselves, as container runtimes do:
+    ``/proc/sys`` (a uid-0 worker in a user namespace mapped onto itself still passes the
+    sysctl permission check), ``sysrq-trigger``, ``irq``, ``bus``, ``fs``. None when any of
+    that fails: /proc then stays read-only and a CUDA worker falls back to the probe."""
+    try:
+        _mount_setattr(PROC, 0, MOUNT_ATTR_RDONLY)
+        for name in PROC_HOST_WIDE:
+            path = os.path.join(PROC, name)
+            if os.path.lexists(path):
+                _mount(path, path, None, MS_BIND | MS_REC)
+                _mount_setattr(path, MOUNT_ATTR_RDONLY, 0)
+    except OSError:
+        with contextlib.suppress(OSError):
+            _mount_setattr(PROC, MOUNT_ATTR_RDONLY, 0)
+        return None
+    return PROC
+
+
+def private_mounts(policy: Policy, report: Report) -> tuple[str, ...]:
     """In the worker's own mount namespace (the launcher keeps the machine's view, to clean
-    up after it): a fresh /proc for its PID namespace, and everything read-only but the
-    scratch folder."""
+    up after it): a fresh /proc for its PID namespace, everything read-only but the scratch
+    folder, and a private /dev/shm. Returns the private folders the worker may write."""
     mounts = []
     for name in ("private-proc", "readonly-root"):
         if name in policy.skip:
@@ -485,14 +533,14 @@ def private_mounts(policy: Policy, report: Report) -> None:
         else:
             mounts.append(name)
     if not mounts:
-        return
+        return ()
     try:
         _unshare(CLONE_NEWNS)
         _mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing propagates to the host
     except OSError as exc:
         for name in mounts:
             report.lack(name, f"no private mount namespace: {_reason(exc)}")
-        return
+        return ()
     if "private-proc" in mounts:
         try:
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -505,6 +553,10 @@ def private_mounts(policy: Policy, report: Report) -> None:
             report.hold("readonly-root")
         except OSError as exc:
             report.lack("readonly-root", _reason(exc))
+    private = [private_shared_memory(policy.shared_memory_bytes)]
+    if "private-proc" in report.in_force:
+        private.append(writable_private_proc())
+    return tuple(folder for folder in private if folder)
 
 
 # -- resource limits ------------------------------------------------------------------------
@@ -629,7 +681,7 @@ def _in_child(
             report.hold("nproc-limit")
         except OSError as exc:
             report.lack("nproc-limit", f"cannot join the pids cgroup: {_reason(exc)}")
-    private_mounts(policy, report)
+    private_folders = private_mounts(policy, report)
     if "nproc-limit" in policy.skip:
         report.lack("nproc-limit", "skipped by the judge")
     elif "nproc-limit" not in report.in_force:
@@ -663,7 +715,7 @@ def _in_child(
                 report.lack(name, why)
         else:
             try:
-                apply_landlock(abi, policy.scratch, report)
+                apply_landlock(abi, policy.scratch, report, private_folders)
             except OSError as exc:
                 for name in ("landlock-fs", "landlock-net", "landlock-signals"):
                     report.lack(name, _reason(exc))
