@@ -481,10 +481,10 @@ def readonly_root(scratch: str) -> None:
 
 
 def private_shared_memory(size: int) -> str | None:
-    """A fresh tmpfs over /dev/shm, seen only in the worker's mount namespace: the CUDA
-    driver creates files there when it initialises (cudaGetDeviceCount fails with error 304,
-    "OS call failed", when it cannot), so a confined worker needs it writable, and a private
-    one carries nothing between candidates and holds at most ``size`` bytes of memory.
+    """A fresh tmpfs over /dev/shm, seen only in the worker's mount namespace: torch's
+    shared-memory tensors, its data loaders and NCCL keep files there, so a confined worker
+    needs it writable (CUDA's own start, measured on the H200, needs only /proc, below),
+    and a private one carries nothing between candidates and holds at most ``size`` bytes.
     None when there is no /dev/shm or it cannot be mounted (it then stays read-only)."""
     if not os.path.isdir(SHARED_MEMORY):
         return None
