@@ -26,6 +26,7 @@ from kernelgate.redteam.hostile.catalog import ATTACKS, CHECKS, attacks
 from kernelgate.redteam.hostile.runner import (
     BREACHED,
     HELD,
+    LATER_JUDGE,
     SKIPPED,
     ArenaFiles,
     AttackResult,
@@ -90,6 +91,46 @@ def test_rendering_fills_the_arena_in() -> None:
         import shutil
 
         shutil.rmtree(files.root)
+
+
+def _load_later_judge(tmp_path: Path, plant: str | None) -> object:
+    """The honest later-judge candidate rendered for a fresh arena (with ``plant`` left in
+    its HOME) and imported here: it is our own code, the judge's view needs no worker."""
+    import importlib.util
+    import shutil
+
+    attack = attacks(["process_state_for_later_judges"])[0]
+    files = build_arena(attack, "cpu")
+    try:
+        if plant:
+            (Path(files.arena.home) / plant).mkdir(parents=True)
+        files.candidate = tmp_path / f"later_{len(list(tmp_path.iterdir()))}.py"
+        render(attack, files, 4242, (1111, 2222), LATER_JUDGE)
+        spec = importlib.util.spec_from_file_location(files.candidate.stem, files.candidate)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        shutil.rmtree(files.root)
+
+
+def test_the_later_judge_fails_on_inherited_state_and_passes_on_a_clean_start(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    clean = _load_later_judge(tmp_path, None)
+    a, b = torch.randn(8), torch.randn(8)
+    assert torch.equal(clean.ModelNew()(a, b), a + b)
+    with pytest.raises(RuntimeError, match="ComputeCache exists"):
+        _load_later_judge(tmp_path, ".nv/ComputeCache")
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True  # as an earlier candidate in this process would
+    try:
+        with pytest.raises(RuntimeError, match=r"cudnn\.benchmark=True"):
+            _load_later_judge(tmp_path, None)
+    finally:
+        torch.backends.cudnn.benchmark = before
 
 
 def test_attacks_may_signal_only_the_runners_descendants() -> None:

@@ -35,6 +35,8 @@ CHECKS: dict[str, str] = {
     "site) that the next judge uses",
     "not-confined": "the attack was skipped to protect the machine: the worker was not "
     "confined enough to run it safely",
+    "later-judge": "an honest candidate judged next, in the same arena, was not verified or "
+    "started with process-wide settings or cache files the attack left",
 }
 
 CONFINED_WRITES = "confinement: only the worker's private scratch folder is writable"
@@ -59,6 +61,7 @@ class Attack:
     device_only: str | None = None  # why the real attack needs a device, or None
     cpu_analogue: str | None = None  # what runs instead on the CPU ("" or None: nothing)
     resource: str | None = None  # "memory" | "disk" | "processes": bounded resource attack
+    later_judge: bool = False  # an honest candidate is judged next in the arena (LATER_JUDGE)
 
     @property
     def template_path(self) -> Path:
@@ -215,6 +218,17 @@ ATTACKS: tuple[Attack, ...] = (
         "always-true versions, then returns zeros",
         ("verdict-flip",),
         PROCESS_BOUNDARY,
+    ),
+    Attack(
+        "process_state_for_later_judges",
+        "change process-wide CUDA state",
+        "at import: TF32, medium matmul precision, reduced-precision reductions, flush-to-zero, "
+        "cudnn.benchmark; on a device a 1% memory fraction and a device heap limit; entries in "
+        "CUDA's JIT cache and torch's kernel cache in HOME; then an honest candidate is judged",
+        ("later-judge", "cache-poisoned"),
+        "every worker is a fresh process (its settings die with it) and writes only its "
+        "private scratch folder, where every cache of its own lives",
+        later_judge=True,
     ),
     Attack(
         "poison_next_judge",

@@ -48,7 +48,7 @@ from typing import Any
 import kernelgate
 from kernelgate import bytecode
 from kernelgate.redteam.hostile import kit
-from kernelgate.redteam.hostile.catalog import Attack, attacks
+from kernelgate.redteam.hostile.catalog import ROOT, Attack, attacks
 
 HELD = "held off"
 BREACHED = "not held off"
@@ -67,6 +67,8 @@ FLIPPED = ("verified", "narrowed")
 REPORT_RE = re.compile(r"KGH-REPORT\|([0-9a-f]+)\|([a-z-]+)\|([01])\|([^|\n]*)\|")
 DIGEST_RE = re.compile(r"sha256[^0-9a-f]{0,12}([0-9a-f]{64})")
 MEMORY_EVENTS = ("read-judge-memory", "ptrace-judge")
+LATER_JUDGE = ROOT / "later_judge.py"  # the honest candidate judged after a later_judge attack
+LATER_EVENT = "later-state-changed"
 
 
 @dataclass
@@ -224,8 +226,15 @@ def build_arena(attack: Attack, device: str, base: Path | None = None) -> ArenaF
     return ArenaFiles(root, arena, root / "cwd", root / "candidate.py")
 
 
-def render(attack: Attack, files: ArenaFiles, judge_pid: int, ports: tuple[int, int]) -> None:
-    """Write the candidate: the template with the arena (now knowing the judge) filled in."""
+def render(
+    attack: Attack,
+    files: ArenaFiles,
+    judge_pid: int,
+    ports: tuple[int, int],
+    template_path: Path | None = None,
+) -> None:
+    """Write the candidate: the template (the attack's unless given) with the arena, now
+    knowing the judge, filled in."""
     arena = kit.Arena(
         **{
             **files.arena.__dict__,
@@ -235,10 +244,11 @@ def render(attack: Attack, files: ArenaFiles, judge_pid: int, ports: tuple[int, 
         }
     )
     files.arena = arena
-    template = attack.template_path.read_text()
+    template_path = template_path or attack.template_path
+    template = template_path.read_text()
     placeholder = f'"{kit.PLACEHOLDER}"'
     if template.count(placeholder) != 1:
-        raise ValueError(f"{attack.template_path} must hold {placeholder} exactly once")
+        raise ValueError(f"{template_path} must hold {placeholder} exactly once")
     files.candidate.write_text(template.replace(placeholder, repr(arena.to_json())))
 
 
@@ -417,8 +427,11 @@ def run_judge(
     device: str,
     ports: tuple[int, int],
     limit: float,
+    template_path: Path | None = None,
+    evidence: str | None = None,
 ) -> JudgeRun:
-    """Start the judge, render the candidate with its pid, let it go, wait (bounded)."""
+    """Start the judge, render the candidate (the attack's, or ``template_path``) with its
+    pid, let it go, wait (bounded). ``evidence``: the --json path, else the arena's."""
     command = [
         sys.executable,
         "-c",
@@ -431,11 +444,12 @@ def run_judge(
         "--timeout",
         f"{attack.judge_timeout:g}",
         "--json",
-        files.arena.evidence,
+        evidence or files.arena.evidence,
     ]
     for gate in GATES:
         command += ["--only", gate]
-    out_path, err_path = files.root / "judge.stdout", files.root / "judge.stderr"
+    stem = files.candidate.stem
+    out_path, err_path = files.root / f"{stem}.stdout", files.root / f"{stem}.stderr"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         judge = subprocess.Popen(
             command,
@@ -449,7 +463,7 @@ def run_judge(
     started = time.monotonic()
     hung = False
     try:
-        render(attack, files, judge.pid, ports)
+        render(attack, files, judge.pid, ports, template_path)
     except BaseException:
         judge.kill()
         judge.wait()
@@ -695,6 +709,30 @@ def stopped_by(
     return "; ".join(parts)
 
 
+def later_judge_findings(
+    attack: Attack, files: ArenaFiles, device: str, ports: tuple[int, int], limit: float
+) -> tuple[list[str], list[Report]]:
+    """Judge the honest ``later_judge.py`` in the attack's arena, after the attack: what a
+    later judge of the same HOME and device inherits. Failed ``later-judge`` checks and the
+    later candidate's reports (what it found changed)."""
+    later = ArenaFiles(files.root, files.arena, files.cwd, files.root / "later_candidate.py")
+    evidence = files.root / "later_evidence.json"
+    judge = run_judge(attack, later, device, ports, limit, LATER_JUDGE, str(evidence))
+    texts = [judge.stderr]
+    with contextlib.suppress(OSError):
+        texts.append(evidence.read_text(errors="replace"))
+    reports = [r for r in collect_reports(later, texts) if r.event == LATER_EVENT]
+    printed = _printed_verdict(judge.stdout)
+    findings = []
+    if printed != "verified":
+        why = "; ".join(r.detail for r in reports) or _error_line(judge.stderr)
+        findings.append(
+            f"later-judge: an honest candidate judged next came out "
+            f"{printed or f'with exit code {judge.exit_code}'}" + (f" ({why})" if why else "")
+        )
+    return findings, reports
+
+
 # -- one attack, the suite ------------------------------------------------------------------
 def run_attack(
     attack: Attack,
@@ -746,6 +784,12 @@ def run_attack(
         result.isolation = isolation_text(first.evidence or second.evidence)
         result.findings = judge_findings(judge, first, second, limit, delay)
         result.findings += arena_findings(before, first, second, heard, reports)
+        if attack.later_judge:
+            later, later_reports = later_judge_findings(
+                attack, files, device, listeners.ports, limit
+            )
+            result.findings += later
+            reports += later_reports
         result.verdict = _printed_verdict(judge.stdout)
         result.judge_exit = judge.exit_code
         result.reports = [r.__dict__ for r in reports]
