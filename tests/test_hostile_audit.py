@@ -169,4 +169,6 @@ def test_hostile_records_leave_every_honest_row_intact(
         assert record.attack and record.attack in record.record_id
         assert record.stopped_by and record.stopped_by != "not stopped"
     assert all(r.ok for r in audit.records), report
+    for record in audit.records:  # the old check's child ran confined too, and says so
+        assert "pid-namespace" in record.old_check_isolation.split(";")[0], report
     assert audit.ok

@@ -304,6 +304,7 @@ class RecordResult:
     findings: list[str] = field(default_factory=list)  # "check: what happened"
     stopped_by: str = ""
     isolation: str = ""  # the worker's (verdict.json) or else the old check's
+    old_check_isolation: str = ""  # the old check's child's (``old_check_detail``)
 
     @property
     def ok(self) -> bool:
@@ -325,6 +326,7 @@ class RecordResult:
             "findings": self.findings,
             "stopped_by": self.stopped_by,
             "isolation": self.isolation,
+            "old_check_isolation": self.old_check_isolation,
         }
 
 
@@ -419,7 +421,10 @@ def check_records(
         result.old_check = row.get("old_check")
         result.failed_gates = [str(g) for g in row.get("failed_gates") or []]
         old_isolation = str((row.get("old_check_detail") or {}).get("isolation") or "")
-        result.isolation = isolation_text(evidence.get(record.record_id)) or old_isolation
+        result.old_check_isolation = old_isolation.removeprefix("isolation: ")
+        result.isolation = (
+            isolation_text(evidence.get(record.record_id)) or result.old_check_isolation
+        )
         if row.get("id") != record.record_id:
             result.findings.append(f"row-id: the row says {row.get('id')!r}")
         if attack is None:
@@ -621,6 +626,8 @@ def run_mixed_audit(
                     record_result.findings.append(f"judge-memory-read: {detail}")
                 if event == "skipped-unconfined":
                     record_result.findings.append(f"not-confined: skipped ({detail})")
+                if ok and str(corpus.root) in detail:  # its sandbox is elsewhere
+                    record_result.findings.append(f"wrote-outside: {event}: {detail}")
             if record.attack is not None:
                 record_result.stopped_by = _stopped_by(record.attack, record_result, reports)
     finally:
