@@ -104,15 +104,24 @@ def test_a_confinement_the_probe_cannot_load_under_is_loosened_and_reported(
     assert "probe: CUDA refused" in result["isolation"]
 
 
-def test_the_old_check_child_dies_with_its_judge(tmp_path: Path) -> None:
-    """A judge killed mid-trial (SIGKILL: no clean-up of its own) leaves nothing running:
-    the child sees the result pipe lose its reader, though inside a PID namespace its parent
-    is the namespace's init, not the judge."""
-    candidate = _candidate(
-        tmp_path,
-        "",
-        "class ModelNew(nn.Module):\n    def forward(self, a, b):\n        time.sleep(300)\n",
-    )
+HANGS = {
+    # the child's watcher thread sees the result pipe lose its reader
+    "sleeping": "time.sleep(300)",
+    # the watcher is starved (ctypes.PyDLL keeps the interpreter lock through the call): the
+    # launcher, started to die with the judge, takes the confined tree with it
+    "holding the interpreter lock": "import ctypes; ctypes.PyDLL(None).sleep(300)",
+}
+
+
+@pytest.mark.parametrize("hang", list(HANGS))
+def test_the_old_check_child_dies_with_its_judge(tmp_path: Path, hang: str) -> None:
+    """A judge killed mid-trial (SIGKILL: no clean-up of its own) leaves nothing running,
+    though inside a PID namespace the child's parent is the namespace's init, not the
+    judge, and its launcher is not the judge's thread either."""
+    if hang != "sleeping" and os.environ.get(confine.ENV_SWITCH) == "off":
+        pytest.skip("confinement turned off for this run: no launcher to die with the judge")
+    forward = f"class ModelNew(nn.Module):\n    def forward(self, a, b):\n        {HANGS[hang]}\n"
+    candidate = _candidate(tmp_path, "", forward)
     judge = subprocess.Popen(
         [
             sys.executable,
@@ -123,7 +132,8 @@ def test_the_old_check_child_dies_with_its_judge(tmp_path: Path) -> None:
             str(REFERENCE),
             str(candidate),
         ],
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        # a judge killed with SIGKILL cannot remove the child's scratch folder: keep it here
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "TMPDIR": str(tmp_path)},
     )
     try:
         deadline = time.monotonic() + 120

@@ -154,7 +154,9 @@ def _run_child(
     The child gets a scratch folder of its own as its only writable place (removed when
     its whole tree is gone) and dies when the judge does: it watches the result pipe
     (``exit_when_reader_gone``), which works inside a PID namespace, where the judge is not
-    its parent and ``getppid()`` names nobody outside.
+    its parent and ``getppid()`` names nobody outside; and its launcher is SIGKILLed with
+    the judge (``die_with_caller``), which ends the namespace even if the candidate starves
+    the watcher thread.
     """
     from kernelgate.sandbox.session import confined_command, read_launcher_report
 
@@ -166,7 +168,7 @@ def _run_child(
     # -P: the scratch folder (its cwd, writable by the candidate) is never on sys.path
     child = [sys.executable, "-P", "-m", "kernelgate.audit.oldcheck", str(write_fd)]
     child += [str(reference.resolve()), str(candidate.resolve()), device]  # cwd: scratch
-    launch = confined_command(child, scratch=scratch, mode=mode, skip=skip)
+    launch = confined_command(child, scratch=scratch, mode=mode, skip=skip, die_with_caller=True)
     with tempfile.NamedTemporaryFile("w+b", suffix=".log", delete=False) as log:
         log_path = Path(log.name)
         process = subprocess.Popen(

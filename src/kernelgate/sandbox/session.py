@@ -504,6 +504,16 @@ class ConfinedCommand:
         return self._report_read
 
 
+# Run before a launcher that must die with the thread that starts it: PR_SET_PDEATHSIG
+# (kept across execve), a check that the starter is still there, then exec of the rest.
+DIE_WITH_CALLER = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
+    "os.getppid() == int(sys.argv[1]) or os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
 def confined_command(
     command: list[str],
     *,
@@ -512,20 +522,30 @@ def confined_command(
     skip: list[str],
     wrapper: list[str] | None = None,
     explicit: bool = False,
+    die_with_caller: bool = False,
 ) -> ConfinedCommand:
     """``command`` (after ``wrapper``, e.g. compute-sanitizer) under the confinement
     launcher with ``scratch`` as the only writable folder and ``skip`` left untried; with
     ``mode`` "off", the command as it is and a report saying so (``explicit``: turned off by
     the caller rather than by KERNELGATE_ISOLATION). Start it with ``cwd=scratch`` and
-    ``confine.scratch_env(scratch)`` in its environment."""
+    ``confine.scratch_env(scratch)`` in its environment.
+
+    ``die_with_caller``: the launcher is SIGKILLed when the thread that starts it dies (a
+    small trusted shim, ``DIE_WITH_CALLER``, sets ``PR_SET_PDEATHSIG`` and becomes the
+    launcher), and the launcher's child takes the confined tree with it. Only for a caller
+    whose starting thread outlives the command (the audit's old check, started and waited
+    for by the judge's main thread); a worker prefetched from a short-lived thread would die
+    with that thread.
+    """
     if mode == "off":
         reason = "turned off" if explicit else f"turned off ({confine.ENV_SWITCH}=off)"
         return ConfinedCommand([*(wrapper or []), *command], (), confine.turned_off(reason))
     report_read, report_write = os.pipe()
     policy = confine.Policy(scratch=str(scratch), report_fd=report_write, skip=list(skip))
     launcher = [sys.executable, "-P", confine.__file__, policy.to_json(), "--"]
+    shim = [sys.executable, "-I", "-S", "-c", DIE_WITH_CALLER, str(os.getpid())]
     return ConfinedCommand(
-        [*(wrapper or []), *launcher, *command],
+        [*(shim if die_with_caller else []), *(wrapper or []), *launcher, *command],
         (report_write,),
         None,
         report_read,
