@@ -172,3 +172,14 @@ def test_hostile_records_leave_every_honest_row_intact(
     for record in audit.records:  # the old check's child ran confined too, and says so
         assert "pid-namespace" in record.old_check_isolation.split(";")[0], report
     assert audit.ok
+
+
+def test_report_lines_cut_short_in_a_rows_json_are_not_read_as_reports() -> None:
+    token = "abc123"
+    whole = f"KGH-REPORT|{token}|store-append|0|OSError: [Errno 30] Read-only file system|"
+    cut = f"KGH-REPORT|{token}|record-forge|1|created /out/records/forg"
+    row = json.dumps({"reason": cut, "gates": [{"replay": "kernelgate verify a|b"}]})
+    assert mixed._reports([whole, row], token) == [
+        ("store-append", False, "OSError: [Errno 30] Read-only file system")
+    ]
+    assert mixed._reports([whole], "other") == []

@@ -187,10 +187,7 @@ def _run_child(
     try:
         if isolation is None:
             isolation = read_launcher_report(report_fd, lambda: tail(log_path, 300))
-        result = _await_result(process, read_fd, log_path, timeout)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5)  # the child exits by itself once it answered
-        return result, isolation
+        return _await_result(process, read_fd, log_path, timeout), isolation
     finally:
         os.close(read_fd)
         if report_fd >= 0:
@@ -252,6 +249,8 @@ def _await_result(
                 limit = timeout if phase.startswith("trial") else LOAD_TIMEOUT
                 deadline = time.monotonic() + limit
     if result is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)  # the child exits by itself once it answered
         return result
     code = process.wait(timeout=10)
     detail = f"signal {-code}" if code < 0 else f"exit code {code}"

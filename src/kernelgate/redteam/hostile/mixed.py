@@ -472,10 +472,15 @@ def _token_arena(token: str) -> kit.Arena:
 
 
 def _reports(texts: list[str], token: str) -> list[tuple[str, bool, str]]:
+    """The report lines (``kit.report``) of ``token`` in ``texts``: (event, ok, detail).
+
+    A detail never holds a double quote or a backslash (``kit.report`` replaces them), so a
+    match that does is a line cut short in a row's truncated reason, run on into the JSON
+    around it: dropped."""
     seen: dict[tuple[str, bool, str], None] = {}
     for text in texts:
         for found, event, ok, detail in REPORT_RE.findall(text):
-            if found == token:
+            if found == token and '"' not in detail and "\\" not in detail:
                 seen.setdefault((event, ok == "1", detail.strip()), None)
     return list(seen)
 
