@@ -506,9 +506,13 @@ class ConfinedCommand:
 
 # Run before a launcher that must die with the thread that starts it: PR_SET_PDEATHSIG
 # (kept across execve), a check that the starter is still there, then exec of the rest.
+# Where prctl is missing (not Linux) it only execs: the child's pipe watcher remains.
 DIE_WITH_CALLER = (
     "import ctypes, os, sys\n"
-    "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
+    "try:\n"
+    "    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
     "os.getppid() == int(sys.argv[1]) or os._exit(1)\n"
     "os.execvp(sys.argv[2], sys.argv[2:])\n"
 )
