@@ -403,12 +403,24 @@ def calibrate_command(
             "docs/security.md)",
         ),
     ] = False,
+    in_audit: Annotated[
+        bool,
+        typer.Option(
+            "--audit",
+            help="with --hostile: mix the attacks as records among honest ones in one real "
+            "`kernelgate audit` aimed at its own store and records (--only names attacks, "
+            "--jobs is the audit's --workers; exit 0 only when the audit finishes with "
+            "every honest row intact and every hostile record rejected or error)",
+        ),
+    ] = False,
 ) -> None:
     """Run the red team and the positive controls: confusion matrix, catches per gate,
     error-model margins, time per kernel (exit 0 when every defect run is rejected by an
     intended gate and no control is rejected; see docs/redteam.md)."""
     from kernelgate.redteam.command import calibrate_command_body, hostile_command_body
 
+    if in_audit and not hostile:
+        fail("--audit runs the hostile-candidate suite inside an audit: give --hostile too")
     if hostile:
         hostile_command_body(
             device=device,
@@ -417,6 +429,7 @@ def calibrate_command(
             jobs=jobs,
             console=console,
             errors=errors,
+            in_audit=in_audit,
         )
         return
     calibrate_command_body(

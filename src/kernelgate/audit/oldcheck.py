@@ -23,10 +23,13 @@ side with the contract.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import select
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +37,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelgate.audit.processes import child_env, die_with_audit_parent, kill_tree, tail
+from kernelgate.audit.processes import (
+    PARENT_ENV,
+    child_env,
+    exit_when_reader_gone,
+    kill_tree,
+    tail,
+)
+from kernelgate.sandbox import confine
 
 NUM_CORRECT_TRIALS = 5
 LEGACY_TOLERANCE = 1e-2
@@ -98,91 +108,165 @@ def _validated(result: Any) -> dict[str, Any]:
 def run_old_check(
     reference: Path, candidate: Path, *, device: str, timeout: float
 ) -> dict[str, Any]:
-    """Run KernelBench's check of ``candidate`` against ``reference`` in a child process.
+    """Run KernelBench's check of ``candidate`` against ``reference`` in a child process,
+    confined as ``verify``'s worker is (``sandbox/confine.py``, KERNELGATE_ISOLATION).
 
     ``timeout`` bounds each candidate call (one trial); loading gets ``LOAD_TIMEOUT``. A hang
     or crash is a rejection, as in KernelBench (its batch runner records a timed-out or
-    crashed evaluation as not compiled, not correct).
+    crashed evaluation as not compiled, not correct). The result's ``isolation`` is the
+    launcher's report as one line (``confine.summary_line``).
+
+    A confined child that fails before its trials (the harness dies, the reference or the
+    candidate does not load) is checked as the worker's load is: if a trusted probe worker
+    cannot load under the same confinement on this machine (``loosened_confinement``), the
+    check runs once more with the confinement the probe needed, and ``isolation`` names
+    each mechanism dropped and why. A candidate cannot earn that by failing: the probe,
+    not the candidate, decides.
     """
+    from kernelgate.sandbox.session import isolation_mode, loosened_confinement, with_loosened
+
+    mode, skip = isolation_mode(), []
+    result, isolation = _run_child(reference, candidate, device, timeout, mode, skip)
+    if mode != "off" and _failed_before_trials(result):
+        loosened = loosened_confinement(device, [], skip)
+        if loosened is not None:
+            new_skip, reasons = loosened
+            mode = "off" if new_skip is None else mode
+            result, isolation = _run_child(
+                reference, candidate, device, timeout, mode, new_skip or []
+            )
+            isolation = with_loosened(isolation, reasons, off=mode == "off")
+    return result | {"isolation": confine.summary_line(isolation)}
+
+
+def _failed_before_trials(result: dict[str, Any]) -> bool:
+    """Whether the child never reached a trial: the harness died, or nothing loaded."""
+    return result.get("status") == ERROR or (
+        result.get("status") == REJECTED and result.get("compiled") is False
+    )
+
+
+def _run_child(
+    reference: Path, candidate: Path, device: str, timeout: float, mode: str, skip: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One run of the child (see ``run_old_check``): its result and the isolation report.
+
+    The child gets a scratch folder of its own as its only writable place (removed when
+    its whole tree is gone) and dies when the judge does: it watches the result pipe
+    (``exit_when_reader_gone``), which works inside a PID namespace, where the judge is not
+    its parent and ``getppid()`` names nobody outside; and its launcher is SIGKILLed with
+    the judge (``die_with_caller``), which ends the namespace even if the candidate starves
+    the watcher thread.
+    """
+    from kernelgate.sandbox.session import confined_command, read_launcher_report
+
     read_fd, write_fd = os.pipe()
+    scratch = Path(tempfile.mkdtemp(prefix="kernelgate-oldcheck-"))
+    env = child_env(device)
+    env.pop(PARENT_ENV, None)  # its parent is the launcher's: the pipe says when to go
+    env.update(confine.scratch_env(str(scratch)))
+    # -P: the scratch folder (its cwd, writable by the candidate) is never on sys.path
+    child = [sys.executable, "-P", "-m", "kernelgate.audit.oldcheck", str(write_fd)]
+    child += [str(reference.resolve()), str(candidate.resolve()), device]  # cwd: scratch
+    launch = confined_command(child, scratch=scratch, mode=mode, skip=skip, die_with_caller=True)
     with tempfile.NamedTemporaryFile("w+b", suffix=".log", delete=False) as log:
         log_path = Path(log.name)
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kernelgate.audit.oldcheck",
-                str(write_fd),
-                str(reference),
-                str(candidate),
-                device,
-            ],
-            pass_fds=(write_fd,),
+            launch.argv,
+            pass_fds=(write_fd, *launch.pass_fds),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
-            env=child_env(device),
+            env=env,
+            cwd=scratch,
             start_new_session=True,
         )
+    report_fd = launch.started()
     os.close(write_fd)
-    phase, buffer, result = "startup", b"", None
-    deadline = time.monotonic() + LOAD_TIMEOUT
+    isolation = launch.isolation
     try:
-        while result is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                kill_tree(process.pid)
-                in_trial = phase.startswith("trial")
-                return _rejected(
-                    f"timed out in {phase} (no answer within "
-                    f"{timeout if in_trial else LOAD_TIMEOUT:g} s)",
-                    compiled=in_trial,
-                    trials={"trials": NUM_CORRECT_TRIALS},
-                )
-            ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
-            if not ready:
-                continue
-            chunk = os.read(read_fd, 65536)
-            if not chunk:
-                break
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                try:
-                    message = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    continue
-                if not isinstance(message, dict):
-                    continue
-                if "result" in message:
-                    result = _validated(message["result"])
-                    break
-                if isinstance(message.get("phase"), str):
-                    phase = message["phase"][:40]
-                    limit = timeout if phase.startswith("trial") else LOAD_TIMEOUT
-                    deadline = time.monotonic() + limit
-        if result is not None:
-            return result
-        code = process.wait(timeout=10)
-        detail = f"signal {-code}" if code < 0 else f"exit code {code}"
-        log_tail = tail(log_path, 300).strip().splitlines()
-        last = f": {log_tail[-1]}" if log_tail else ""
-        if phase in ("startup", "reference"):
-            return {
-                "status": ERROR,
-                "status_current": ERROR,
-                "failure": f"old-check harness died in {phase} ({detail}){last}",
-            }
-        return _rejected(
-            f"candidate process died in {phase} ({detail}){last}",
-            compiled=phase.startswith("trial"),
-            trials={"trials": NUM_CORRECT_TRIALS},
-        )
+        if isolation is None:
+            isolation = read_launcher_report(report_fd, lambda: tail(log_path, 300))
+        return _await_result(process, read_fd, log_path, timeout), isolation
     finally:
         os.close(read_fd)
-        kill_tree(process.pid)
-        process.wait()
+        if report_fd >= 0:
+            os.close(report_fd)
+        _stop(process, confined=mode != "off")
         log_path.unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stop(process: subprocess.Popen[bytes], *, confined: bool) -> None:
+    """End the child's whole tree. A confined child's launcher is asked first (SIGTERM: it
+    kills its child, so a PID namespace takes every process in it along, and it removes
+    its pids cgroup); then everything left in the tree is killed, sessions notwithstanding."""
+    if confined and process.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=2)
+    kill_tree(process.pid)
+    process.wait()
+
+
+def _await_result(
+    process: subprocess.Popen[bytes], read_fd: int, log_path: Path, timeout: float
+) -> dict[str, Any]:
+    """Read the child's progress and result from the pipe, within the phase's deadline."""
+    phase, buffer, result = "startup", b"", None
+    deadline = time.monotonic() + LOAD_TIMEOUT
+    while result is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            in_trial = phase.startswith("trial")
+            return _rejected(
+                f"timed out in {phase} (no answer within "
+                f"{timeout if in_trial else LOAD_TIMEOUT:g} s)",
+                compiled=in_trial,
+                trials={"trials": NUM_CORRECT_TRIALS},
+            )
+        ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
+        if not ready:
+            continue
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if not isinstance(message, dict):
+                continue
+            if "result" in message:
+                result = _validated(message["result"])
+                break
+            if isinstance(message.get("phase"), str):
+                phase = message["phase"][:40]
+                limit = timeout if phase.startswith("trial") else LOAD_TIMEOUT
+                deadline = time.monotonic() + limit
+    if result is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)  # the child exits by itself once it answered
+        return result
+    code = process.wait(timeout=10)
+    detail = f"signal {-code}" if code < 0 else f"exit code {code}"
+    log_tail = tail(log_path, 300).strip().splitlines()
+    last = f": {log_tail[-1]}" if log_tail else ""
+    if phase in ("startup", "reference"):
+        return {
+            "status": ERROR,
+            "status_current": ERROR,
+            "failure": f"old-check harness died in {phase} ({detail}){last}",
+        }
+    return _rejected(
+        f"candidate process died in {phase} ({detail}){last}",
+        compiled=phase.startswith("trial"),
+        trials={"trials": NUM_CORRECT_TRIALS},
+    )
 
 
 # -- the child's side ------------------------------------------------------------------------
@@ -226,7 +310,7 @@ def _compare(
 
 
 def _child(result_fd: int, reference: str, candidate: str, device: str) -> None:
-    die_with_audit_parent()
+    exit_when_reader_gone(result_fd)  # the judge gone: nobody reads the result
     os.dup2(2, 1)  # candidate prints go to the log, never to the result pipe
     pipe = os.fdopen(result_fd, "w", buffering=1)
 

@@ -13,6 +13,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
@@ -155,6 +156,41 @@ def die_with_audit_parent() -> None:
     """``die_with_parent`` for a child started with ``child_env``."""
     parent = os.environ.get(PARENT_ENV)
     die_with_parent(int(parent) if parent and parent.isdigit() else None)
+
+
+def exit_when_reader_gone(fd: int, poll_seconds: float = 0.5) -> None:
+    """End this process (exit 1) as soon as nobody holds the read end of the pipe whose
+    write end is ``fd``: the parent-death check of a child that reports on a pipe.
+
+    Why not ``die_with_audit_parent``: a child started under the confinement launcher is
+    not the judge's child (its parent is the launcher, or the init of its PID namespace,
+    where ``getppid()`` names nobody outside), so its parent's death says nothing about the
+    judge's. The pipe does: its read end lives in the judge alone, and Linux reports
+    ``POLLERR`` on the write end once no reader is left. A watcher thread looks every
+    ``poll_seconds``; ``PR_SET_PDEATHSIG`` is set too (whoever the parent is). A judge that
+    is already gone ends this process at once.
+    """
+    import select
+    import threading
+
+    die_with_parent()
+    gone = select.POLLERR | select.POLLHUP | select.POLLNVAL
+
+    def reader_gone() -> bool:
+        poller = select.poll()
+        poller.register(fd, gone)
+        return any(event & gone for _, event in poller.poll(0))
+
+    if reader_gone():
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            if reader_gone():
+                os._exit(1)
+
+    threading.Thread(target=watch, name="kernelgate-reader-watch", daemon=True).start()
 
 
 def tail(path: Path, limit: int = 1500) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelgate.progress import work_progress
@@ -224,29 +225,86 @@ def hostile_command_body(
     jobs: int | None,
     console: Console,
     errors: Console,
+    in_audit: bool = False,
 ) -> None:
-    """Run the hostile-candidate suite with a progress bar, print it, write JSON, exit 0 / 1."""
+    """Run the hostile-candidate suite with a progress bar, print it, write JSON, exit 0 / 1:
+    each attack against its own ``verify`` or, ``in_audit``, all of them as records of one
+    audit among honest records (``hostile/mixed.py``)."""
     from kernelgate.errors import KernelgateError
     from kernelgate.pipeline import resolve_device
+    from kernelgate.redteam.hostile import mixed
     from kernelgate.redteam.hostile.catalog import attacks
     from kernelgate.redteam.hostile.runner import AttackResult, run_suite
 
     device = resolve_device(device)
     try:
-        selected = attacks(only)
-    except KeyError as exc:
+        selected = mixed.audit_attacks(only) if in_audit else attacks(only)
+    except (KeyError, ValueError) as exc:
         raise KernelgateError(str(exc.args[0])) from None
-    with work_progress(errors, "attacks") as progress:
-        task = progress.add_task("attacking the judge", total=len(selected))
+    with work_progress(errors, "records" if in_audit else "attacks") as progress:
+        if in_audit:
+            records = len(selected) + mixed.MIXED_HONEST
+            task = progress.add_task(f"auditing {records} records", total=records)
+            result: Any = mixed.run_mixed_audit(
+                device,
+                [a.name for a in selected],
+                workers=jobs or 2,
+                on_progress=lambda done: progress.update(task, completed=done),
+            )
+        else:
+            task = progress.add_task("attacking the judge", total=len(selected))
 
-        def on_result(result: AttackResult) -> None:
-            progress.update(task, description=f"{result.name}: {result.outcome}")
-            progress.advance(task)
+            def on_result(attack: AttackResult) -> None:
+                progress.update(task, description=f"{attack.name}: {attack.outcome}")
+                progress.advance(task)
 
-        suite = run_suite(device, only, jobs=jobs or 2, on_result=on_result)
-    print_hostile(suite, console)
+            result = run_suite(device, only, jobs=jobs or 2, on_result=on_result)
+    (print_mixed_audit if in_audit else print_hostile)(result, console)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(suite.to_dict(), indent=2))
+        json_out.write_text(json.dumps(result.to_dict(), indent=2))
         console.print(f"hostile-candidate report written to {json_out}")
-    raise typer.Exit(0 if suite.ok else 1)
+    raise typer.Exit(0 if result.ok else 1)
+
+
+def print_mixed_audit(audit: Any, console: Console) -> None:
+    """One row per record of the mixed audit: its attack (or honest), the row it got, the
+    outcome and what stopped it; then the run's own findings and the tally."""
+    from kernelgate.redteam.hostile.mixed import LEFT_OUT
+
+    table = Table(title=f"hostile records in an audit ({audit.device})")
+    for column in ("record", "attack", "row", "outcome", "what stopped it"):
+        table.add_column(column, overflow="fold")
+    for r in audit.records:
+        row = "no row" if r.verdict is None else r.verdict + (f" ({r.stage})" if r.stage else "")
+        outcome = (
+            "[green]as expected[/]" if r.ok else "[bold red]not held[/]: " + "; ".join(r.findings)
+        )
+        table.add_row(
+            r.record_id,
+            f"{r.attack}\n[dim]{r.kind}[/]" if r.attack else "[dim]honest[/]",
+            row,
+            outcome,
+            escape(r.stopped_by) if r.attack else f"expected {r.expected}",
+        )
+    console.print(table)
+    for finding in audit.findings:
+        console.print(f"[bold red]{escape(finding)}[/]", highlight=False)
+    hostile = [r for r in audit.records if r.attack]
+    console.print(
+        f"audit exit {audit.audit_exit}, audit-report exit {audit.report_exit}; "
+        f"{sum(r.ok for r in audit.records if not r.attack)} of "
+        f"{len(audit.records) - len(hostile)} honest rows intact, "
+        f"{sum(r.ok for r in hostile)} of {len(hostile)} hostile records held; "
+        f"{audit.seconds:.1f} s",
+        highlight=False,
+    )
+    console.print(f"isolation: {audit.isolation or 'not reported'}", highlight=False)
+    console.print(
+        "left out: " + "; ".join(f"{name} ({why})" for name, why in LEFT_OUT.items()),
+        highlight=False,
+    )
+    if audit.ok:
+        console.print("[bold green]the audit finished with every record as it must be[/]")
+    else:
+        console.print("[bold red]the mixed audit did not hold[/]")

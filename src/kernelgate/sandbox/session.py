@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,30 +119,21 @@ class WorkerSession:
         # on sys.path, so a file left there cannot stand in for torch or kernelgate.
         worker = [sys.executable, "-P", "-m", "kernelgate.sandbox.worker"]
         worker += [str(worker_read), str(worker_write)]
-        pass_fds: tuple[int, ...] = (worker_read, worker_write)
         self._close_report()
-        self._isolation = None
         mode = self.mode()
         self._confined = mode != "off"
-        if mode == "off":
-            self._isolation = confine.turned_off(
-                f"turned off ({confine.ENV_SWITCH}=off)"
-                if self.isolation_mode is None
-                else "turned off"
-            )
-            argv = [*self.wrapper, *worker]
-        else:
-            report_read, report_write = os.pipe()
-            policy = confine.Policy(
-                scratch=str(scratch), report_fd=report_write, skip=list(self.confine_skip)
-            )
-            launcher = [sys.executable, "-P", confine.__file__, policy.to_json(), "--"]
-            argv = [*self.wrapper, *launcher, *worker]
-            pass_fds += (report_write,)
-            self._report_fd = report_read
+        launch = confined_command(
+            worker,
+            scratch=scratch,
+            mode=mode,
+            skip=self.confine_skip,
+            wrapper=self.wrapper,
+            explicit=self.isolation_mode is not None,
+        )
+        self._isolation = launch.isolation
         self._process = subprocess.Popen(
-            argv,
-            pass_fds=pass_fds,
+            launch.argv,
+            pass_fds=(worker_read, worker_write, *launch.pass_fds),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=self._log,
@@ -150,8 +141,7 @@ class WorkerSession:
             cwd=scratch,
             start_new_session=True,
         )
-        if mode != "off":
-            os.close(pass_fds[-1])
+        self._report_fd = launch.started()
         os.close(worker_read)
         os.close(worker_write)
         self._to_worker, self._from_worker = judge_write, judge_read
@@ -159,12 +149,7 @@ class WorkerSession:
 
     def mode(self) -> str:
         """ "auto" or "off" (see ``isolation_mode``); a wrong value is a clear error."""
-        mode = self.isolation_mode or os.environ.get(confine.ENV_SWITCH) or "auto"
-        if mode not in ("auto", "off"):
-            raise CandidateLoadError(
-                f"isolation mode {mode!r} is not known: set {confine.ENV_SWITCH} to auto or off"
-            )
-        return mode
+        return isolation_mode(self.isolation_mode)
 
     def scratch_folder(self) -> Path:
         """The worker's private writable folder, made on first use."""
@@ -183,32 +168,13 @@ class WorkerSession:
             self._isolation = self._read_report(self._report_fd)
             self._close_report()
         if self._isolation is not None and self._loosened:
-            report = confine.Report.from_dict(self._isolation)
-            for name, reason in self._loosened.items():
-                if name in report.missing or self.isolation_mode == "off":
-                    report.lack(name, reason)
-            self._isolation = report.to_dict()
+            self._isolation = with_loosened(
+                self._isolation, self._loosened, off=self.isolation_mode == "off"
+            )
         return self._isolation
 
     def _read_report(self, fd: int, timeout: float = 60.0) -> dict[str, Any]:
-        data = b""
-        deadline = time.monotonic() + timeout
-        while not data.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return confine.turned_off("the launcher did not report in time")
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            data += chunk
-        try:
-            report = json.loads(data.decode())
-            if not isinstance(report, dict) or not isinstance(report.get("in_force"), list):
-                raise ValueError("not a report")
-            return confine.Report.from_dict(report).to_dict()
-        except (ValueError, UnicodeDecodeError):
-            reason = "the launcher exited before reporting" if not data else "garbled report"
-            return confine.turned_off(f"{reason}; log: {self.log_tail(300)!r}")
+        return read_launcher_report(fd, lambda: self.log_tail(300), timeout)
 
     def _close_report(self) -> None:
         if self._report_fd >= 0:
@@ -501,6 +467,132 @@ class WorkerSession:
         size = self._log.tell()
         self._log.seek(max(0, size - limit))
         return self._log.read().decode(errors="replace")
+
+
+# -- starting a process under the confinement launcher (the worker, the audit's old check) --
+def isolation_mode(explicit: str | None = None) -> str:
+    """ "auto" (confine with whatever this machine allows) or "off": ``explicit``, else the
+    KERNELGATE_ISOLATION environment variable, else "auto"; a wrong value is a clear error."""
+    mode = explicit or os.environ.get(confine.ENV_SWITCH) or "auto"
+    if mode not in ("auto", "off"):
+        raise CandidateLoadError(
+            f"isolation mode {mode!r} is not known: set {confine.ENV_SWITCH} to auto or off"
+        )
+    return mode
+
+
+@dataclass
+class ConfinedCommand:
+    """A command as the judge starts it: under ``confine.py`` (mode "auto") or as it is.
+
+    Pass ``pass_fds`` to ``Popen`` beside the command's own descriptors, then call
+    ``started``: the launcher's end of its report pipe must not stay open in the judge, or
+    a launcher that dies before reporting would look like one still about to report.
+    """
+
+    argv: list[str]
+    pass_fds: tuple[int, ...]
+    isolation: dict[str, Any] | None  # the report of an unconfined start; None: read it
+    _report_read: int = -1
+    _report_write: int = -1
+
+    def started(self) -> int:
+        """Close the launcher's end in the judge; returns the judge's end (-1: none)."""
+        if self._report_write >= 0:
+            os.close(self._report_write)
+            self._report_write = -1
+        return self._report_read
+
+
+# Run before a launcher that must die with the thread that starts it: PR_SET_PDEATHSIG
+# (kept across execve), a check that the starter is still there, then exec of the rest.
+# Where prctl is missing (not Linux) it only execs: the child's pipe watcher remains.
+DIE_WITH_CALLER = (
+    "import ctypes, os, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "os.getppid() == int(sys.argv[1]) or os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def confined_command(
+    command: list[str],
+    *,
+    scratch: Path,
+    mode: str,
+    skip: list[str],
+    wrapper: list[str] | None = None,
+    explicit: bool = False,
+    die_with_caller: bool = False,
+) -> ConfinedCommand:
+    """``command`` (after ``wrapper``, e.g. compute-sanitizer) under the confinement
+    launcher with ``scratch`` as the only writable folder and ``skip`` left untried; with
+    ``mode`` "off", the command as it is and a report saying so (``explicit``: turned off by
+    the caller rather than by KERNELGATE_ISOLATION). Start it with ``cwd=scratch`` and
+    ``confine.scratch_env(scratch)`` in its environment.
+
+    ``die_with_caller``: the launcher is SIGKILLed when the thread that starts it dies (a
+    small trusted shim, ``DIE_WITH_CALLER``, sets ``PR_SET_PDEATHSIG`` and becomes the
+    launcher), and the launcher's child takes the confined tree with it. Only for a caller
+    whose starting thread outlives the command (the audit's old check, started and waited
+    for by the judge's main thread); a worker prefetched from a short-lived thread would die
+    with that thread.
+    """
+    if mode == "off":
+        reason = "turned off" if explicit else f"turned off ({confine.ENV_SWITCH}=off)"
+        return ConfinedCommand([*(wrapper or []), *command], (), confine.turned_off(reason))
+    report_read, report_write = os.pipe()
+    policy = confine.Policy(scratch=str(scratch), report_fd=report_write, skip=list(skip))
+    launcher = [sys.executable, "-P", confine.__file__, policy.to_json(), "--"]
+    shim = [sys.executable, "-I", "-S", "-c", DIE_WITH_CALLER, str(os.getpid())]
+    return ConfinedCommand(
+        [*(shim if die_with_caller else []), *(wrapper or []), *launcher, *command],
+        (report_write,),
+        None,
+        report_read,
+        report_write,
+    )
+
+
+def read_launcher_report(
+    fd: int, log_tail: Callable[[], str], timeout: float = 60.0
+) -> dict[str, Any]:
+    """The launcher's report of what confines its command, read from the pipe only the
+    judge holds (``ConfinedCommand.started``); a launcher that exits or hangs before
+    reporting gives a report that says so, with ``log_tail()`` of the command's log."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return confine.turned_off("the launcher did not report in time")
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        report = json.loads(data.decode())
+        if not isinstance(report, dict) or not isinstance(report.get("in_force"), list):
+            raise ValueError("not a report")
+        return confine.Report.from_dict(report).to_dict()
+    except (ValueError, UnicodeDecodeError):
+        reason = "the launcher exited before reporting" if not data else "garbled report"
+        return confine.turned_off(f"{reason}; log: {log_tail()!r}")
+
+
+def with_loosened(
+    isolation: dict[str, Any], loosened: dict[str, str], *, off: bool
+) -> dict[str, Any]:
+    """``isolation`` with each mechanism a trusted probe made the judge drop
+    (``loosened_confinement``) reported missing for that reason: never a silent loosening."""
+    report = confine.Report.from_dict(isolation)
+    for name, reason in loosened.items():
+        if name in report.missing or off:
+            report.lack(name, reason)
+    return report.to_dict()
 
 
 # What a trusted probe needed, per device, wrapper and starting confinement: found once per

@@ -398,15 +398,20 @@ def judge_env(files: ArenaFiles) -> dict[str, str]:
     the arena (what a later judge in the same HOME would inherit is what the poisoning
     check watches). Python's bytecode cache stays the runner's: a shared folder outside the
     arena, which only confinement keeps a worker from writing (docs/security.md)."""
+    return arena_env(Path(files.arena.home), files.root / "tmp", files.arena.token)
+
+
+def arena_env(home: Path, temporary: Path, token: str) -> dict[str, str]:
+    """``judge_env`` for any process the suite starts (a ``verify``, an audit): HOME,
+    TMPDIR and Triton's cache in the arena, the marker ``token`` in its environment."""
     env = bytecode.child_env(dict(os.environ))  # the runner's bytecode cache, not HOME's
     src = str(Path(kernelgate.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    home = files.arena.home
     env |= {
-        "HOME": home,
-        "TMPDIR": str(files.root / "tmp"),
+        "HOME": str(home),
+        "TMPDIR": str(temporary),
         "TRITON_CACHE_DIR": os.path.join(home, ".triton", "cache"),
-        kit.MARKER_ENV: files.arena.token,
+        kit.MARKER_ENV: token,
     }
     env.pop("KERNELGATE_DEBUG", None)
     return env
