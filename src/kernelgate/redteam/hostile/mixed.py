@@ -96,6 +96,8 @@ IN_AUDIT: dict[str, str] = {
     "close_protocol_pipes": "the worker's protocol pipes",
     "monkeypatch_comparisons": "torch's comparisons in its own process",
     "poison_next_judge": "the audit's HOME, which every later judge of the audit uses",
+    "process_state_for_later_judges": "process-wide torch and CUDA settings, CUDA's JIT cache "
+    "and torch's kernel cache in the audit's HOME (the honest records judged after it)",
 }
 LEFT_OUT: dict[str, str] = {
     "fill_disk": "each import writes up to 1 GiB and a record imports its candidate at least "
