@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,18 @@ def kernelgate(
         env={**os.environ, "COLUMNS": "200", **(env or {})},
         check=False,
     )
+
+
+def gone(pid: int, limit: float = 5.0) -> bool:
+    """Whether ``pid`` is dead within ``limit`` seconds (gone, or a zombie not yet reaped)."""
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+        except OSError:
+            return True
+        if stat[stat.rfind(")") + 2] == "Z":
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)

@@ -31,7 +31,7 @@ from kernelgate.formats.corpus import detect_format, read_corpus
 from kernelgate.gates import GATE_IDS
 
 from .audit_corpus import CANDIDATES, EXPECTED, REFERENCE, write_pairs
-from .conftest import ROOT
+from .conftest import ROOT, gone
 from .conftest import kernelgate as run_kernelgate
 
 # An audit's subprocess is given at most 240 s here.
@@ -608,20 +608,6 @@ def test_a_stop_kills_a_judge_tree_across_sessions_and_refuses_new_judges() -> N
     with pytest.raises(AuditInterrupted) as stopped:
         interruption.check()
     assert stopped.value.exit_code == 130 and interruption.running() == 0
-
-
-def gone(pid: int, limit: float = 5.0) -> bool:
-    """Whether ``pid`` is dead within ``limit`` seconds (gone, or a zombie not yet reaped)."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
-        except OSError:
-            return True
-        if stat[stat.rfind(")") + 2] == "Z":
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_judge_adopts_what_a_candidate_double_forks_and_its_tree_is_killed() -> None:

@@ -25,7 +25,7 @@ from kernelgate.redteam.hostile.catalog import REFERENCES
 from kernelgate.sandbox import confine
 from kernelgate.sandbox import session as session_module
 
-from .conftest import ROOT
+from .conftest import ROOT, gone
 
 REFERENCE = REFERENCES / "vector_add.py"
 HONEST_FORWARD = "class ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n"
@@ -147,7 +147,7 @@ def test_the_old_check_child_dies_with_its_judge(tmp_path: Path, hang: str) -> N
             pytest.fail(f"the old check never reached its trials: {tree}")
         os.kill(judge.pid, signal.SIGKILL)
         judge.wait()
-        assert all(_gone(pid) for pid in tree), [p for p in tree if not _gone(p, 0)]
+        assert all(gone(pid, 10.0) for pid in tree), [p for p in tree if not gone(p, 0)]
     finally:
         judge.kill()
         judge.wait()
@@ -162,17 +162,3 @@ def _is_old_check_in_trial(pid: int) -> bool:
         return False
     threads = len(list(Path(f"/proc/{pid}/task").iterdir())) if command else 0
     return b"kernelgate.audit.oldcheck" in command and threads > 1 and "nanosleep" in stack
-
-
-def _gone(pid: int, limit: float = 10.0) -> bool:
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
-        except OSError:
-            return True
-        if stat[stat.rfind(")") + 2] == "Z":
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)

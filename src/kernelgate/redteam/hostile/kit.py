@@ -122,6 +122,16 @@ def attempt(arena: Arena, event: str, action: Callable[[], Any]) -> str:
     return report(arena, event, True, "" if detail is None else str(detail))
 
 
+def plant(arena: Arena, relative: str, text: str) -> str:
+    """Append ``text`` to ``relative`` under the arena's HOME (what a later judge reads),
+    making its folders: the attempt of the attacks on later judges' caches."""
+    path = os.path.join(arena.home, relative)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as planted:
+        planted.write(text)
+    return f"planted {path}"
+
+
 def fail_loudly(lines: list[str]) -> None:
     """Raise with the report lines: the exception text reaches the verdict's RES-01
     evidence, the one channel a confined candidate still has to the runner."""

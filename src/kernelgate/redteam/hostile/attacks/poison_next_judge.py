@@ -5,7 +5,6 @@ that exports TRITON_INTERPRET=0. HOME is the arena's (the runner sets it for the
 the real one is never touched; whatever appears there is what a later judge would inherit.
 """
 
-import os
 import sys
 
 import torch
@@ -24,16 +23,8 @@ PLANTS = {
 }
 
 
-def _plant(relative: str, text: str) -> str:
-    path = os.path.join(ARENA.home, relative)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a") as plant:
-        plant.write(text)
-    return f"planted {path}"
-
-
 LINES = [
-    kit.attempt(ARENA, "cache-plant", lambda r=relative, t=text: _plant(r, t))
+    kit.attempt(ARENA, "cache-plant", lambda r=relative, t=text: kit.plant(ARENA, r, t))
     for relative, text in PLANTS.items()
 ]
 

@@ -10,8 +10,6 @@ HOME is the arena's. The runner then judges an honest candidate in the same aren
 (``later_judge.py``): it must be verified and see every setting at its default.
 """
 
-import os
-
 import torch
 import torch.nn as nn
 
@@ -45,19 +43,15 @@ def _device_wide() -> str:
     return f"memory fraction 0.01; cudaDeviceSetLimit(malloc heap 1 GiB) -> {status}"
 
 
-def _plant(relative: str, text: str) -> str:
-    path = os.path.join(ARENA.home, relative)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a") as plant:
-        plant.write(text)
-    return f"planted {path}"
-
-
 LINES = [
     kit.attempt(ARENA, "process-state", _process_wide),
     kit.attempt(ARENA, "device-state", _device_wide),
-    kit.attempt(ARENA, "cuda-jit-cache", lambda: _plant(".nv/ComputeCache/index", "kgh\n")),
-    kit.attempt(ARENA, "torch-kernel-cache", lambda: _plant(".cache/torch/kernels/kgh", "kgh\n")),
+    kit.attempt(
+        ARENA, "cuda-jit-cache", lambda: kit.plant(ARENA, ".nv/ComputeCache/index", "kgh\n")
+    ),
+    kit.attempt(
+        ARENA, "torch-kernel-cache", lambda: kit.plant(ARENA, ".cache/torch/kernels/kgh", "kgh\n")
+    ),
 ]
 
 
