@@ -228,7 +228,9 @@ def time_record(record: CorpusRecord, options: judge.AuditOptions) -> dict[str, 
         "judge_s": verdict_row.get("seconds"),
         "check_rerun_in_judge": None if not detail else not _same(detail, old),
     }
-    if verdict_row.get("verdict") == judge.ERROR or verdict_row.get("stage") in ("load", "setup"):
+    if verdict_row.get("reason"):
+        row["reason"] = str(verdict_row["reason"])[:REASON_CHARS]
+    if verdict_row.get("verdict") == judge.ERROR:
         row["errors"].append(f"verdict: {str(verdict_row.get('reason'))[:REASON_CHARS]}")
     if row["check_s"] is not None and row["check_s"] > 0:
         row["ratio"] = round(row["verdict_s"] / row["check_s"], 4)
