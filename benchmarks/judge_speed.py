@@ -277,7 +277,7 @@ def run_timed_audit(
     *,
     device: str,
     timeout: float,
-    workers: int,
+    workers: int | None,
     time_limit: float | None,
     scratch: Path,
     timed_rows: list[dict[str, Any]],
@@ -303,9 +303,9 @@ def run_timed_audit(
         device,
         "--timeout",
         f"{timeout:g}",
-        "--workers",
-        str(workers),
     ]
+    if workers is not None:
+        command += ["--workers", str(workers)]
     log_path = scratch / "audit.log"
     stopped = False
     started = time.monotonic()
@@ -342,7 +342,7 @@ def run_timed_audit(
     )
     return {
         "command": shlex.join(["python", "-m", "kernelgate.cli", *command[3:]]),
-        "workers": workers,
+        "workers": workers if workers is not None else "the audit's default (GPUs or cores)",
         "records": len(records),
         "rows_stored": len(rows),
         "complete": code == 0 and len(rows) == len(records),
@@ -533,12 +533,18 @@ def main(
         Path | None,
         typer.Option("--json", help="Output (default: results/judge-speed.json on cuda)."),
     ] = None,
-    audit_workers: Annotated[int, typer.Option(help="Workers of the timed audit.")] = 1,
+    audit_workers: Annotated[
+        int | None, typer.Option(help="Workers of the timed audit (default: the audit's).")
+    ] = None,
     no_audit: Annotated[bool, typer.Option("--no-audit", help="Skip the timed audit.")] = False,
     audit_time_limit: Annotated[
         float | None, typer.Option(help="Stop the audit after S seconds (rate from its rows).")
     ] = None,
     resume: Annotated[bool, typer.Option(help="Continue the rows already in --json.")] = False,
+    time_budget: Annotated[
+        float | None,
+        typer.Option(help="Start no record after S s (at least one; the rest: --resume)."),
+    ] = None,
 ) -> None:
     """Time the KernelBench check and the full verdict per record; write the JSON."""
     errors = Console(stderr=True)
@@ -558,6 +564,7 @@ def main(
             no_audit=no_audit,
             audit_time_limit=audit_time_limit,
             resume=resume,
+            time_budget=time_budget,
             errors=errors,
         )
     except KernelgateError as exc:
@@ -577,18 +584,19 @@ def run(
     device: str,
     timeout: float,
     json_out: Path | None,
-    audit_workers: int,
+    audit_workers: int | None,
     no_audit: bool,
     audit_time_limit: float | None,
     resume: bool,
     errors: Console,
+    time_budget: float | None = None,
 ) -> None:
     """The command's body: select, time record by record (JSON after each), audit, finish."""
     if device not in ("cpu", "cuda"):
         raise KernelgateError(f"--device must be cpu or cuda, not {device!r}")
     if whole_file and level is None:
         raise KernelgateError("--whole-file needs --level (the level the headline is over)")
-    if audit_workers < 1:
+    if audit_workers is not None and audit_workers < 1:
         raise KernelgateError("--audit-workers must be at least 1")
     if json_out is None:
         json_out = DEVICE_RESULTS if device == "cuda" else CPU_RESULTS
@@ -641,10 +649,11 @@ def run(
             out_dir=str(Path(scratch) / "judged"), device=device, timeout=timeout
         )
         todo = [r for r in records if r.id not in done]
+        budget_ends = None if time_budget is None else time.monotonic() + time_budget
         progress = work_progress(errors, "records", rate=True)
         with progress:
             task = progress.add_task("timing", total=len(todo))
-            for record in todo:
+            for record in todo:  # at least one a run, so that every device call gains
                 progress.update(task, description=record.id)
                 row = time_record(record, options)
                 rows.append(row)
@@ -657,10 +666,20 @@ def run(
                         f" ratio {row['ratio']}",
                         highlight=False,
                     )
-        if not no_audit and audit is None:
+                if budget_ends is not None and time.monotonic() > budget_ends:
+                    break
+        left = len(records) - len({row["id"] for row in rows})
+        if left:
+            errors.print(
+                f"time budget spent: {left} record(s) left; continue with --resume"
+                " (the audit runs once every record is timed)",
+                highlight=False,
+            )
+        elif not no_audit and audit is None:
             readable = [r for r in records if r.unreadable is None]
             errors.print(
-                f"auditing the {len(readable)} readable record(s) with {audit_workers} worker(s)",
+                f"auditing the {len(readable)} readable record(s) with "
+                f"{audit_workers or 'the default number of'} worker(s)",
                 highlight=False,
             )
             audit = run_timed_audit(
@@ -673,7 +692,7 @@ def run(
                 scratch=Path(scratch),
                 timed_rows=rows,
             )
-        write(complete=no_audit or bool(audit and audit.get("complete")))
+        write(complete=not left and (no_audit or bool(audit and audit.get("complete"))))
     document = json.loads(json_out.read_text())
     figures = {
         key: document[key]

@@ -130,11 +130,19 @@ def test_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     ]
     corpus.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path / "speed.json"
-    done = _script(
-        str(corpus), "--level", "1", "--whole-file", "--json", str(out), "--audit-workers", "1"
-    )
+    selection = [str(corpus), "--level", "1", "--whole-file", "--json", str(out)]
+    # a spent time budget stops after one record (as a device call would), no audit yet
+    done = _script(*selection, "--time-budget", "0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "1 record(s) left" in done.stderr
+    first = json.loads(out.read_text())
+    assert first["complete"] is False and first["audit"] is None
+    assert [row["id"] for row in first["records"]] == ["tiny/L1/T3"]
+    # --resume times only the record left, then audits both
+    done = _script(*selection, "--resume", "--audit-workers", "1")
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads(out.read_text())
+    assert document["records"][0] == first["records"][0]  # kept, not timed again
     assert document["complete"] is True
     assert document["headline_over"] == "level 1"
     timed, unreadable = document["records"]
