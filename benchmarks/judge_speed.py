@@ -426,9 +426,11 @@ def select(
     whole_file: bool,
     ids: list[str],
     limit: int | None,
+    sample: int | None = None,
 ) -> list[CorpusRecord]:
     """The records to time: of ``level`` (all of them with ``whole_file``), among ``ids``,
-    the first ``limit``."""
+    ``sample`` of them at an even stride (each level in proportion, in corpus order), the
+    first ``limit``."""
     chosen = records
     if level is not None and not whole_file:
         chosen = [r for r in chosen if record_level(r) == level]
@@ -442,6 +444,9 @@ def select(
                 + " (ids look like h100/L1/T12; see the corpus's level_id and task_id)"
             )
         chosen = [r for r in chosen if r.id in wanted]
+    if sample is not None and sample < len(chosen):
+        stride = len(chosen) / sample
+        chosen = [chosen[int(index * stride)] for index in range(sample)]
     if limit is not None:
         chosen = chosen[:limit]
     return chosen
@@ -526,7 +531,10 @@ def main(
     ids: Annotated[
         list[str] | None, typer.Option("--ids", help="Record ids (repeat, or comma-separated).")
     ] = None,
-    limit: Annotated[int | None, typer.Option(help="At most N records (after filters).")] = None,
+    limit: Annotated[int | None, typer.Option(help="The first N records (after filters).")] = None,
+    sample: Annotated[
+        int | None, typer.Option(help="N records at an even stride (after filters).")
+    ] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     timeout: Annotated[float, typer.Option(help="Per candidate call, as the audit's.")] = 60.0,
     json_out: Annotated[
@@ -557,6 +565,7 @@ def main(
             whole_file=whole_file,
             ids=[i for chunk in ids or [] for i in chunk.split(",") if i.strip()],
             limit=limit,
+            sample=sample,
             device=device,
             timeout=timeout,
             json_out=json_out,
@@ -590,6 +599,7 @@ def run(
     resume: bool,
     errors: Console,
     time_budget: float | None = None,
+    sample: int | None = None,
 ) -> None:
     """The command's body: select, time record by record (JSON after each), audit, finish."""
     if device not in ("cpu", "cuda"):
@@ -607,6 +617,7 @@ def run(
         whole_file=whole_file,
         ids=ids,
         limit=limit,
+        sample=sample,
     )
     if not records:
         raise KernelgateError(f"no record of {corpus} matches the selection (level {level})")
@@ -618,6 +629,7 @@ def run(
         "whole_file": whole_file,
         "ids": ids,
         "limit": limit,
+        "sample": sample,
         "device": device,
         "timeout": timeout,
         "seed": 0,

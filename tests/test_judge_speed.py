@@ -169,3 +169,32 @@ def test_end_to_end_on_the_cpu(tmp_path: Path) -> None:
         assert document[field], field
     assert document["device"] == "cpu" and document["gpu"] is None
     assert document["settings"]["level"] == 1 and document["settings"]["device"] == "cpu"
+
+
+def test_selection_by_level_ids_sample_and_limit() -> None:
+    from kernelgate.formats.corpus import CorpusRecord
+
+    records = [
+        CorpusRecord(f"c/L{level}/T{task}", "cuda-l1", {"level": level, "task": task})
+        for level in (1, 2)
+        for task in range(1, 6)
+    ]
+
+    def ids(**how: object) -> list[str]:
+        chosen = judge_speed.select(
+            records,
+            level=how.get("level"),
+            whole_file=bool(how.get("whole_file")),
+            ids=list(how.get("ids", [])),
+            limit=how.get("limit"),
+            sample=how.get("sample"),
+        )
+        return [record.id for record in chosen]
+
+    assert ids(level=2) == [f"c/L2/T{task}" for task in range(1, 6)]
+    assert len(ids(level=2, whole_file=True)) == 10  # headline over level 2, all timed
+    assert ids(level=1, limit=2) == ["c/L1/T1", "c/L1/T2"]
+    assert ids(ids=["c/L2/T3", "c/L1/T4"]) == ["c/L1/T4", "c/L2/T3"]  # corpus order
+    assert ids(sample=4) == ["c/L1/T1", "c/L1/T3", "c/L2/T1", "c/L2/T3"]
+    with pytest.raises(KernelgateError, match="not in the corpus"):
+        ids(ids=["c/L9/T9"])
