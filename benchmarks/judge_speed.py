@@ -514,6 +514,10 @@ def earlier_rows(json_path: Path, settings: dict[str, Any]) -> tuple[list[dict],
     return list(earlier.get("records", [])), audit if audit and audit.get("complete") else None
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @app.command()
 def main(
     corpus: Annotated[Path, typer.Argument(help="A corpus `kernelgate audit` reads.")],
@@ -556,6 +560,9 @@ def main(
 ) -> None:
     """Time the KernelBench check and the full verdict per record; write the JSON."""
     errors = Console(stderr=True)
+    # a device call's deadline sends SIGTERM: unwind as for Ctrl-C, so the judge in flight
+    # and its processes are killed (judge_isolated) and the scratch folder removed
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         run(
             corpus,
@@ -667,7 +674,19 @@ def run(
             task = progress.add_task("timing", total=len(todo))
             for record in todo:  # at least one a run, so that every device call gains
                 progress.update(task, description=record.id)
-                row = time_record(record, options)
+                try:
+                    row = time_record(record, options)
+                except Exception as exc:  # a fault of this script or the judge's setup
+                    row = {
+                        "id": record.id,
+                        "level": record_level(record),
+                        "check_s": None,
+                        "verdict_s": None,
+                        "ratio": None,
+                        "verdict": judge.ERROR,
+                        "check_status": oldcheck.NOT_RUN,
+                        "errors": [f"timing failed: {type(exc).__name__}: {exc}"[:REASON_CHARS]],
+                    }
                 rows.append(row)
                 write(complete=False)
                 progress.advance(task)
