@@ -511,7 +511,17 @@ def earlier_rows(json_path: Path, settings: dict[str, Any]) -> tuple[list[dict],
             " drop --resume to start afresh, or pass another --json"
         )
     audit = earlier.get("audit")
-    return list(earlier.get("records", [])), audit if audit and audit.get("complete") else None
+    return list(earlier.get("records", [])), audit if audit_usable(audit) else None
+
+
+def audit_usable(audit: dict[str, Any] | None) -> bool:
+    """Whether a timed audit gave a rate worth keeping: it finished, or was stopped at its
+    time limit after storing rows (a rate over those); not one that failed."""
+    return bool(
+        audit
+        and audit.get("rows_stored")
+        and (audit.get("complete") or audit.get("stopped_at_time_limit"))
+    )
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -700,13 +710,18 @@ def run(
                 if budget_ends is not None and time.monotonic() > budget_ends:
                     break
         left = len(records) - len({row["id"] for row in rows})
+        audit_due = not no_audit and audit is None
         if left:
             errors.print(
                 f"time budget spent: {left} record(s) left; continue with --resume"
                 " (the audit runs once every record is timed)",
                 highlight=False,
             )
-        elif not no_audit and audit is None:
+        elif audit_due and time_budget is not None and todo:
+            # with a budget, a run times or audits, never both: one device call's limit
+            # must not cut the audit short for time the timing already spent
+            errors.print("every record timed; the audit runs in the next --resume", highlight=False)
+        elif audit_due:
             readable = [r for r in records if r.unreadable is None]
             errors.print(
                 f"auditing the {len(readable)} readable record(s) with "
@@ -723,7 +738,7 @@ def run(
                 scratch=Path(scratch),
                 timed_rows=rows,
             )
-        write(complete=not left and (no_audit or bool(audit and audit.get("complete"))))
+        write(complete=not left and (no_audit or audit_usable(audit)))
     document = json.loads(json_out.read_text())
     figures = {
         key: document[key]

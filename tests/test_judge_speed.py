@@ -106,6 +106,10 @@ def test_resume_refuses_a_file_of_other_settings(tmp_path: Path) -> None:
         judge_speed.earlier_rows(earlier, settings | {"level": 2})
     rows, audit = judge_speed.earlier_rows(earlier, settings)
     assert rows == [] and audit is None
+    # an audit is kept (not run again) when it finished or stopped at its limit with rows
+    assert judge_speed.audit_usable({"complete": True, "rows_stored": 3})
+    assert judge_speed.audit_usable({"stopped_at_time_limit": True, "rows_stored": 3})
+    assert not judge_speed.audit_usable({"complete": False, "rows_stored": 0, "exit_code": 1})
 
 
 def test_bad_input_path_is_a_clear_error_without_traceback(tmp_path: Path) -> None:
