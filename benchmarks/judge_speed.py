@@ -227,6 +227,9 @@ def time_record(record: CorpusRecord, options: judge.AuditOptions) -> dict[str, 
         "verify_s": verdict_row.get("verify_seconds"),
         "judge_s": verdict_row.get("seconds"),
         "check_rerun_in_judge": None if not detail else not _same(detail, old),
+        # for planning judges a GPU holds (issue 19's memory-aware admission)
+        "device_memory_incident": bool(verdict_row.get("device_memory_incident")),
+        "peak_memory": verdict_row.get("peak_memory"),
     }
     if verdict_row.get("reason"):
         row["reason"] = str(verdict_row["reason"])[:REASON_CHARS]
