@@ -15,7 +15,7 @@ import shlex
 import time
 import zlib
 from abc import ABC, abstractmethod
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -33,6 +33,7 @@ from kernelgate.oracle.error_models import (
     admissible_error,
     assess_ensemble,
     assess_with,
+    uses_magnitude,
 )
 from kernelgate.oracle.fp64 import Oracle, SizedOracle, flatten_outputs
 from kernelgate.sandbox.clocks import ChoicePoint
@@ -40,7 +41,13 @@ from kernelgate.sandbox.session import CallResult, ExecutionIncident, WorkerSess
 from kernelgate.sandbox.wire import WireTensor, dtype_name
 from kernelgate.serde import Serializable
 
-RECENT_CASES = 4  # cases whose oracle results a GateContext keeps (see ``_cached``)
+# Cases whose oracle results a GateContext keeps within a gate whatever their size (see
+# ``_cached``), and the bytes of results (with the inputs they are of) it keeps beyond those
+# and across gates: a case another gate judges again (ORD-02 judges the main worker's first
+# call, CMP-01's first case) is then not evaluated again, while at KernelBench sizes, where
+# one case's float64 results alone exceed it, nothing is held from gate to gate.
+RECENT_CASES = 4
+RESULTS_KEPT_BYTES = 256 << 20
 # Oracles at other sizes (CMP-03) a GateContext keeps: each holds the reference model in
 # float64 and in its own dtype, and a gate judges one shape at a time, so older ones would
 # only hold device memory (for a large model, a copy of it for every held-out shape).
@@ -113,6 +120,34 @@ class Case:
 
 
 @dataclass
+class _CaseResults:
+    """The oracle results of one case's admitted values (``GateContext._cached``)."""
+
+    values: list[Any]  # held, so that the id keying them is never reused
+    entries: dict[str, Any] = field(default_factory=dict)
+    nbytes: int = 0  # the values' tensors and every entry's, together
+
+
+def _tensor_bytes(value: Any, seen: set[int] | None = None) -> int:
+    """Bytes of the tensor storages in ``value`` (lists, tuples, dicts and plain objects
+    walked), each storage counted once."""
+    seen = set() if seen is None else seen
+    if isinstance(value, torch.Tensor):
+        storage = value.untyped_storage()
+        if storage.data_ptr() in seen or value.device.type == "meta":
+            return 0
+        seen.add(storage.data_ptr())
+        return storage.nbytes()
+    if isinstance(value, list | tuple):
+        return sum(_tensor_bytes(v, seen) for v in value)
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v, seen) for v in value.values())
+    if hasattr(value, "__dict__") and not isinstance(value, type):
+        return sum(_tensor_bytes(v, seen) for v in vars(value).values())
+    return 0
+
+
+@dataclass
 class Run:
     """A case as it was placed, sent and answered."""
 
@@ -178,9 +213,15 @@ class GateContext:
         self.replay_argv = replay
         self.incidents: list[Incident] = []
         self.halted: str | None = None  # set after a hang: later gates are not run
-        # oracle results of the most recent cases, per case: "expected", "magnitude" and
-        # one "honest:<run>" per honest run (see ``_cached``)
-        self._results: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
+        # oracle results per case's admitted values (keyed by the id of that list, least
+        # recently used first): "expected", "magnitude", "open-zero-signs" and one
+        # "honest:<run>" per honest run (see ``_cached``)
+        self._results: OrderedDict[int, _CaseResults] = OrderedDict()
+        # the reference's output dtypes per input signature (``output_dtypes``)
+        self._output_dtypes: dict[tuple[Any, ...], list[torch.dtype | None]] = {}
+        # how many times each kind of oracle result was computed (not taken from the
+        # cache): what a verification cost, and what a test asserts is not repeated
+        self.evaluations: Counter[str] = Counter()
         self._sized_oracles: OrderedDict[str, Oracle] = OrderedDict()
         # The main worker's first call, placed plainly (no layout, no other sizes): what a
         # fresh process answers first, for ORD-02 to compare with later calls and with other
@@ -199,13 +240,20 @@ class GateContext:
         """The reference's own ``get_inputs()`` (KernelBench seeding): shapes, dtypes, ints."""
         return self.oracle.program.inputs(seed=42)
 
-    def drawn_case(self, label: str, seed: int, distribution: str = "normal") -> Case:
-        """Floating inputs drawn from ``distribution``; other inputs as the reference makes them.
+    def drawn_case(
+        self,
+        label: str,
+        seed: int,
+        distribution: str = "normal",
+        dtype: torch.dtype | None = None,
+    ) -> Case:
+        """Floating inputs drawn from ``distribution`` (in ``dtype``, or each input's own);
+        other inputs as the reference makes them.
 
         Value ranges are applied later, once, by ``admit`` (every case passes through it).
         """
         values = [
-            self.draw(distribution, seed + i, tuple(v.shape), v.dtype)
+            self.draw(distribution, seed + i, tuple(v.shape), dtype or v.dtype)
             if isinstance(v, torch.Tensor) and v.is_floating_point()
             else (v.clone() if isinstance(v, torch.Tensor) else v)
             for i, v in enumerate(self.template)
@@ -303,30 +351,65 @@ class GateContext:
         return self._cached(case, "expected", lambda: self.oracle_for(case).expected(case.values))
 
     def _cached(self, case: Case, what: str, compute: Callable[[], Any]) -> Any:
-        """``compute()`` once per case and ``what``, for the ``RECENT_CASES`` latest cases.
+        """``compute()`` once per case's admitted values and ``what``.
 
-        A gate asks for a case's oracle results right after running it, and at most two
-        cases are in play at once (ORD-02 interleaves two inputs), so older cases are let
-        go: holding every float64 result of a gate took 2x the judge's memory at
-        KernelBench sizes. An entry asked for again after that is recomputed, never wrong.
+        Keyed by the admitted values list itself (``admit`` makes a new one whenever a gate
+        replaces the values), so a case another gate judges again, the same ``Case``
+        (ORD-02 takes the main worker's first call), is found; a case with new values never
+        finds another's results. The ``RECENT_CASES`` latest cases are kept whatever their
+        size (a gate asks for a case's results right after running it, and ORD-02
+        interleaves two inputs); older ones are let go, least recently used first, while
+        all together take more than ``RESULTS_KEPT_BYTES``: holding every float64 result of
+        a gate took 2x the judge's memory at KernelBench sizes. An entry asked for again
+        after that is recomputed, never wrong.
         """
-        key = (case.label, case.seed)
-        entries = self._results.get(key)
-        if entries is None:
-            entries = self._results[key] = {}
-            while len(self._results) > RECENT_CASES:
-                self._results.popitem(last=False)
+        key = id(case.values)
+        held = self._results.get(key)
+        if held is None:
+            held = self._results[key] = _CaseResults(case.values)
+            held.nbytes = _tensor_bytes(case.values)
         else:
             self._results.move_to_end(key)
-        if what not in entries:
+        if what not in held.entries:
             with self.step(what, case):
-                entries[what] = compute()
-        return entries[what]
+                held.entries[what] = compute()
+            self.evaluations[what] += 1
+            held.nbytes += _tensor_bytes(held.entries[what])
+            self._let_go(keep=RECENT_CASES)
+        return held.entries[what]
+
+    def _let_go(self, keep: int) -> None:
+        """Drop the least recently used cases' results while those held take more than
+        ``RESULTS_KEPT_BYTES``, never the ``keep`` most recent."""
+        total = sum(held.nbytes for held in self._results.values())
+        while len(self._results) > keep and total > RESULTS_KEPT_BYTES:
+            _, dropped = self._results.popitem(last=False)
+            total -= dropped.nbytes
 
     def native(self, case: Case) -> list[Any]:
         """The reference run eagerly in the inputs' own dtypes on the oracle's device: what
         output structure (count, shapes, dtypes) a candidate must match."""
         return self.honest(case, independent=False)["native-eager"]
+
+    def output_dtypes(self, case: Case) -> list[torch.dtype | None]:
+        """The reference's own output dtypes for ``case`` (None for a non-tensor output):
+        what a candidate's outputs must match, beside the oracle's count and shapes.
+
+        PyTorch's type promotion gives a result's dtype from its inputs' dtypes (and which
+        of them are 0-dim), never from their values, so the native run that shows them is
+        made once per input signature and sizes, not once per case: a gate whose bound
+        holds without honest runs (``assess``) then makes none at all.
+        """
+        self.admit(case)
+        signature = tuple(
+            (v.dtype, v.dim() == 0) if isinstance(v, torch.Tensor) else repr(v) for v in case.values
+        )
+        key = (case.sizes_key, signature)
+        if key not in self._output_dtypes:
+            self._output_dtypes[key] = [
+                o.dtype if isinstance(o, torch.Tensor) else None for o in self.native(case)
+            ]
+        return self._output_dtypes[key]
 
     def honest(self, case: Case, *, independent: bool | None = None) -> dict[str, list[Any]]:
         """Honest evaluations of the reference on ``case`` (``Oracle.second_implementations``).
@@ -451,10 +534,22 @@ class GateContext:
                 return first
             honest = {name: on(runs[output_index]) for name, runs in self.honest(case).items()}
             return assess_ensemble(expected, actual, honest)
-        honest = {name: on(runs[output_index]) for name, runs in self.honest(case).items()}
         magnitude, n = self._magnitude_of(case, output_index)
+        magnitude = on(magnitude)
+        # Under the elementwise and order models honest runs only take positions out of
+        # judgement (an honest overflow) and raise the bound (the order model's honest
+        # floor), so a pass without them is a pass with them: the native run (a full
+        # KernelBench-sized forward) is made only when the bound is in question.
+        first = assess_with(spec.name, spec.params, expected, actual, {}, magnitude=magnitude, n=n)
+        if first.passed:
+            first.params["honest_runs"] = (
+                "not run: the bound holds without them, and honest runs can only exclude "
+                "positions or raise the bound"
+            )
+            return first
+        honest = {name: on(runs[output_index]) for name, runs in self.honest(case).items()}
         return assess_with(
-            spec.name, spec.params, expected, actual, honest, magnitude=on(magnitude), n=n
+            spec.name, spec.params, expected, actual, honest, magnitude=magnitude, n=n
         )
 
     def admissible(self, case: Case, output_index: int, out_dtype: torch.dtype) -> torch.Tensor:
@@ -480,24 +575,29 @@ class GateContext:
         return self._on_device_or_cpu(compute)[0]
 
     def forget_cases(self) -> None:
-        """Drop the oracle results cached for earlier cases (between gates).
+        """Between gates: keep earlier cases' oracle results only within
+        ``RESULTS_KEPT_BYTES``, the most recent first.
 
-        Cases are seeded per gate, so no gate reads another's entries; keeping them all
-        held every fp64 result of a verification at once (a 4M-element RMSNorm's judge
-        peaked at 3.65 GB with them, 1.65 GB without).
+        Cases are mostly seeded per gate, but ORD-02 judges CMP-01's first case again;
+        keeping every result held every fp64 result of a verification at once (a
+        4M-element RMSNorm's judge peaked at 3.65 GB with them, 1.65 GB without), so above
+        the byte budget none is carried into the next gate.
         """
-        self._results.clear()
+        self._let_go(keep=0)
         if self.oracle.device.type == "cuda":
             torch.cuda.empty_cache()  # the judges of an audit share the GPU: give back blocks
 
     def magnitude(self, case: Case) -> tuple[list[Any], int]:
         """The library entry's magnitudes (per output) and reduction length N for ``case``.
 
-        Used by the ``elementwise`` and ``order`` error models; ``([], 1)`` when the contract
-        names no library entry.
+        Used by the ``order`` error model and by ``elementwise`` with a magnitude recipe;
+        ``([], 1)`` when the contract names no library entry or its error model does not
+        read the magnitude (``error_models.uses_magnitude``): the run costs as much as the
+        oracle's own evaluation and would change nothing.
         """
-        entry_name = self.contract.postcondition.error_model.params.get("entry")
-        if not entry_name:
+        spec = self.contract.postcondition.error_model
+        entry_name = spec.params.get("entry")
+        if not entry_name or not uses_magnitude(spec.name, spec.params):
             return [], 1
         self.admit(case)
         oracle = self.oracle_for(case)

@@ -112,7 +112,7 @@ class ValuesGate(Gate):
         instance in the failure's reason (empty for the main one)."""
         judged = _Judged()
         expected = ctx.expected(case)
-        structure = structure_findings(run.outputs, expected, ctx.native(case))
+        structure = structure_findings(run.outputs, expected, ctx.output_dtypes(case))
         if structure:
             judged.structure = structure
             judged.failure = self.failed(

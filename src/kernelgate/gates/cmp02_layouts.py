@@ -187,7 +187,7 @@ class LayoutsGate(Gate):
 
     def _judge(self, ctx: GateContext, case: Case, run: Run, plan: LayoutPlan) -> dict[str, Any]:
         expected = ctx.expected(case)
-        structure = structure_findings(run.outputs, expected, ctx.native(case))
+        structure = structure_findings(run.outputs, expected, ctx.output_dtypes(case))
         if structure:
             return {
                 "summary": {"status": "fail", "structure": structure},

@@ -155,7 +155,7 @@ class ShapesGate(Gate):
             case = ctx.sized_case(
                 point.label, ctx.case_seed(self.id, index), {point.dim: point.value}
             )
-            expected, native = ctx.expected(case), ctx.native(case)
+            expected, dtypes = ctx.expected(case), ctx.output_dtypes(case)
         except Exception as exc:  # the trusted reference itself cannot run here: not judged
             record.update(status="reference-failed", detail=f"{type(exc).__name__}: {exc}"[:300])
             return record
@@ -174,7 +174,7 @@ class ShapesGate(Gate):
                 )
             )
             return record
-        structure = structure_findings(outcome.outputs, expected, native)
+        structure = structure_findings(outcome.outputs, expected, dtypes)
         if structure:
             record.update(status="fail", structure=structure)
             self._fail(

@@ -211,7 +211,7 @@ class SubnormalGate(Gate):
             ]
             run = ctx.run(self.id, case)
             expected = ctx.expected(case)
-            structure = structure_findings(run.outputs, expected, ctx.native(case))
+            structure = structure_findings(run.outputs, expected, ctx.output_dtypes(case))
             if structure:
                 return self.failed(
                     ctx, "output structure differs from the reference", run, structure

@@ -58,7 +58,7 @@ def judge_run(
 ) -> tuple[float, dict[str, Any], GateResult | None]:
     """(worst error/bound, last model params, failure or None) for one run of ``case``."""
     expected = ctx.expected(case)
-    structure = structure_findings(run.outputs, expected, ctx.native(case))
+    structure = structure_findings(run.outputs, expected, ctx.output_dtypes(case))
     if structure:
         reason = f"output structure differs from the reference ({case.label})"
         return float("inf"), {}, gate.failed(ctx, reason, run, structure)

@@ -58,11 +58,14 @@ class DeterminismGate(Gate):
 
     def run(self, ctx: GateContext) -> GateResult:
         ctx.prefetch_instance()  # the first fresh instance starts up beside the main calls
+        # input A is the main worker's first call where it was kept (drawn only otherwise):
+        # the same case, so its oracle results from that gate are found again
+        main_first = ctx.first_call
         cases = {
             name: ctx.drawn_case(f"input {name}", ctx.case_seed(self.id, i))
             for i, name in enumerate("AB")
+            if name == "B" or main_first is None
         }
-        main_first = ctx.first_call  # the main worker's first call: input A, where kept
         if main_first is not None:
             cases["A"] = main_first.case
         first: dict[str, Run] = {}

@@ -10,13 +10,14 @@ from kernelgate.sandbox.wire import dtype_name
 
 
 def structure_findings(
-    actual: list[Any], expected: list[Any], native: list[Any]
+    actual: list[Any], expected: list[Any], dtypes: list[torch.dtype | None]
 ) -> list[dict[str, Any]]:
-    """Differences in output count, kind, shape and dtype (the dtype is the reference's own)."""
+    """Differences in output count, kind, shape and dtype (``dtypes``: the reference's own,
+    ``GateContext.output_dtypes``; count, kinds and shapes are the float64 oracle's)."""
     if len(actual) != len(expected):
         return [{"problem": "output count", "expected": len(expected), "actual": len(actual)}]
     findings: list[dict[str, Any]] = []
-    for index, (got, want, dtype_of) in enumerate(zip(actual, expected, native)):
+    for index, (got, want, dtype) in enumerate(zip(actual, expected, dtypes)):
         if isinstance(want, torch.Tensor) != isinstance(got, torch.Tensor):
             findings.append(
                 {
@@ -36,12 +37,12 @@ def structure_findings(
                         "actual": list(got.shape),
                     }
                 )
-            elif got.dtype != dtype_of.dtype:
+            elif got.dtype != dtype:
                 findings.append(
                     {
                         "output": index,
                         "problem": "dtype",
-                        "expected": dtype_name(dtype_of.dtype),
+                        "expected": dtype_name(dtype),
                         "actual": dtype_name(got.dtype),
                     }
                 )

@@ -60,13 +60,7 @@ class PrecisionGate(Gate):
                 not_run[name] = why_not
                 continue
             seed = ctx.case_seed(self.id, index)
-            case = ctx.drawn_case(f"dtype={name}", seed)
-            case.values = [
-                ctx.draw("normal", seed + i, tuple(v.shape), dtype)
-                if isinstance(v, torch.Tensor) and v.is_floating_point()
-                else v
-                for i, v in enumerate(case.values)
-            ]
+            case = ctx.drawn_case(f"dtype={name}", seed, dtype=dtype)
             outcome = run_or_refusal(ctx, self.id, case, f"dtype={name}")
             if isinstance(outcome, dict):  # a clean exception: the dtype is refused
                 per_dtype[name] = {"refused": outcome["detail"]}

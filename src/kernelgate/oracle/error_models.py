@@ -343,6 +343,23 @@ def _elementwise_scale(
     return magnitude
 
 
+def uses_magnitude(model: str, params: dict[str, Any]) -> bool:
+    """Whether ``model`` with ``params`` reads the library entry's magnitude run.
+
+    The magnitude is a second float64 evaluation of the reference (with the entry's
+    reduction replaced by its magnitude recipe) and costs as much as the oracle itself
+    (10-14 s per case at KernelBench sizes on the H200), so it is made only for the models
+    that use it: ``order`` (its ``M``) and ``elementwise`` with a recipe other than
+    ``output`` (gelu's and tanh's ``|ref| + |x|``). ``ensemble`` and ``elementwise`` on the
+    output's own ``|ref|`` never read it. An unknown model is assumed to use it.
+    """
+    if model == "ensemble":
+        return False
+    if model == "elementwise":
+        return str(params.get("magnitude", "output")) != "output"
+    return True
+
+
 def admissible_error(
     model: str,
     params: dict[str, Any],
