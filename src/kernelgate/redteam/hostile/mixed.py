@@ -36,7 +36,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -55,7 +54,6 @@ from kernelgate.redteam.hostile.runner import (
     DELAY_S,
     FORK_BOUND,
     HELPER_SECONDS,
-    LAUNCHER,
     MEMORY_EVENTS,
     REPORT_RE,
     SOURCE_STAND_IN,
@@ -64,7 +62,9 @@ from kernelgate.redteam.hostile.runner import (
     digest_tree,
     end_marked_processes,
     isolation_text,
+    kill_session,
     marked_processes,
+    start_held,
     tree_changes,
 )
 
@@ -542,10 +542,7 @@ def _wait_audit(
             if on_progress is not None:
                 on_progress(len(list((corpus.out / "records").glob("*/result.json"))))
             if time.monotonic() > deadline:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-                return process.returncode, True
+                return kill_session(process), True
 
 
 def run_mixed_audit(
@@ -570,30 +567,19 @@ def run_mixed_audit(
     before_home = digest_tree(corpus.home)
     before_canaries = {name: digest_tree(path) for name, path in corpus.canaries.items()}
     try:
-        command = [sys.executable, "-c", LAUNCHER, "audit", str(corpus.corpus)]
-        command += ["--out", str(corpus.out), "--format", "cuda-l1", "--device", device]
-        command += ["--timeout", f"{timeout:g}", "--workers", str(workers)]
+        arguments = ["audit", str(corpus.corpus), "--out", str(corpus.out)]
+        arguments += ["--format", "cuda-l1", "--device", device, "--timeout", f"{timeout:g}"]
+        arguments += ["--workers", str(workers)]
         log = corpus.root / "audit.log"
         with open(log, "wb") as sink:
-            audit = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
+            audit = start_held(
+                arguments,
+                lambda pid: corpus.render(pid, listeners.ports),
                 stdout=sink,
                 stderr=sink,
                 cwd=corpus.root / "tmp",
                 env=audit_env(corpus, corpus.audit_token),
-                start_new_session=True,  # its own group: a killpg from an attack stays there
             )
-        try:
-            corpus.render(audit.pid, listeners.ports)
-        except BaseException:
-            audit.kill()
-            audit.wait()
-            raise
-        assert audit.stdin is not None
-        with contextlib.suppress(BrokenPipeError):
-            audit.stdin.write(b"g")
-            audit.stdin.close()
         code, hung = _wait_audit(audit, corpus, limit, on_progress)
         ended = time.monotonic()
         first = _look(corpus)

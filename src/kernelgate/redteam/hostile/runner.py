@@ -43,7 +43,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import kernelgate
 from kernelgate import bytecode
@@ -393,6 +393,48 @@ LAUNCHER = (
 )
 
 
+def start_held(
+    arguments: list[str],
+    render_with_pid: Callable[[int], None],
+    *,
+    stdout: IO[bytes],
+    stderr: IO[bytes],
+    cwd: Path,
+    env: dict[str, str],
+) -> subprocess.Popen[bytes]:
+    """Start ``kernelgate ARGUMENTS`` held at its stdin (``LAUNCHER``), in a session of its
+    own (a killpg from an attack stays there), let ``render_with_pid`` write the candidates
+    that aim at its pid, then let it go. A render that fails kills it."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, *arguments],
+        stdin=subprocess.PIPE,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        render_with_pid(process.pid)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    assert process.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        process.stdin.write(b"g")
+        process.stdin.close()
+    return process
+
+
+def kill_session(process: subprocess.Popen[bytes]) -> int:
+    """SIGKILL to the session ``start_held`` gave ``process`` (whatever is left of it), and
+    its exit status."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    return process.wait()
+
+
 def judge_env(files: ArenaFiles) -> dict[str, str]:
     """The runner's environment, this checkout's kernelgate first, HOME and Triton's cache in
     the arena (what a later judge in the same HOME would inherit is what the poisoning
@@ -437,53 +479,33 @@ def run_judge(
 ) -> JudgeRun:
     """Start the judge, render the candidate (the attack's, or ``template_path``) with its
     pid, let it go, wait (bounded). ``evidence``: the --json path, else the arena's."""
-    command = [
-        sys.executable,
-        "-c",
-        LAUNCHER,
-        "verify",
-        files.arena.reference,
-        str(files.candidate),
-        "--device",
-        device,
+    arguments = ["verify", files.arena.reference, str(files.candidate), "--device", device]
+    arguments += [
         "--timeout",
         f"{attack.judge_timeout:g}",
         "--json",
         evidence or files.arena.evidence,
     ]
     for gate in GATES:
-        command += ["--only", gate]
+        arguments += ["--only", gate]
     stem = files.candidate.stem
     out_path, err_path = files.root / f"{stem}.stdout", files.root / f"{stem}.stderr"
+    started = time.monotonic()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        judge = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
+        judge = start_held(
+            arguments,
+            lambda pid: render(attack, files, pid, ports, template_path),
             stdout=out,
             stderr=err,
             cwd=files.cwd,
             env=judge_env(files),
-            start_new_session=True,  # its own group: a killpg from the attack stays there
         )
-    started = time.monotonic()
     hung = False
-    try:
-        render(attack, files, judge.pid, ports, template_path)
-    except BaseException:
-        judge.kill()
-        judge.wait()
-        raise
-    assert judge.stdin is not None
-    with contextlib.suppress(BrokenPipeError):
-        judge.stdin.write(b"g")
-        judge.stdin.close()
     try:
         judge.wait(timeout=limit)
     except subprocess.TimeoutExpired:
         hung = True
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(judge.pid, signal.SIGKILL)
-        judge.wait()
+        kill_session(judge)
     return JudgeRun(
         judge.returncode,
         hung,
