@@ -15,14 +15,16 @@ Mechanisms (names as reported):
   kernel kills everything left in it, so no detached helper outlives the verification,
   and no process outside can be addressed by a signal or ``ptrace``.
 - ``private-proc``: a fresh ``/proc`` in a private mount namespace shows only the
-  namespace's processes (no ``/proc/<judge>/mem`` to open).
+  namespace's processes (no ``/proc/<judge>/mem`` to open); writable, as CUDA needs, but
+  for its host-wide parts (``writable_private_proc``).
 - ``readonly-root``: in that mount namespace every mount is read-only but the scratch
   folder: no write, and no metadata change either (chmod, utime, xattrs, which Landlock
-  does not cover); device nodes stay usable.
+  does not cover); device nodes stay usable, and ``/dev/shm`` is a private tmpfs.
 - ``no-network``: a network namespace with only a loopback that is down.
-- ``landlock-fs``: writes only under the private scratch folder and to the few character
-  devices CUDA needs; read and execute everywhere. Also denies ``ptrace`` of processes
-  outside the sandbox and any change of the mount table.
+- ``landlock-fs``: writes only under the private scratch folder, the private ``/dev/shm``
+  and ``/proc`` (where the worker has them) and to the few character devices CUDA needs;
+  read and execute everywhere. Also denies ``ptrace`` of processes outside the sandbox and
+  any change of the mount table.
 - ``landlock-net`` (ABI >= 4): TCP bind and connect denied.
 - ``landlock-signals`` (ABI >= 6): no signal to, and no abstract unix socket of, a process
   outside the sandbox.
