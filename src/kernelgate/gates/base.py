@@ -128,16 +128,20 @@ class _CaseResults:
     nbytes: int = 0  # the values' tensors and every entry's, together
 
 
-def _tensor_bytes(value: Any, seen: set[int] | None = None) -> int:
+def _tensor_bytes(value: Any, seen: set[tuple[str, int]] | None = None) -> int:
     """Bytes of the tensor storages in ``value`` (lists, tuples, dicts and plain objects
-    walked), each storage counted once."""
+    walked, each once, so a structure that refers back to itself ends), each storage
+    counted once."""
     seen = set() if seen is None else seen
     if isinstance(value, torch.Tensor):
-        storage = value.untyped_storage()
-        if storage.data_ptr() in seen or value.device.type == "meta":
+        storage = ("storage", value.untyped_storage().data_ptr())
+        if storage in seen or value.device.type == "meta":
             return 0
-        seen.add(storage.data_ptr())
-        return storage.nbytes()
+        seen.add(storage)
+        return value.untyped_storage().nbytes()
+    if ("object", id(value)) in seen:
+        return 0
+    seen.add(("object", id(value)))
     if isinstance(value, list | tuple):
         return sum(_tensor_bytes(v, seen) for v in value)
     if isinstance(value, dict):
