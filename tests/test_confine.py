@@ -245,6 +245,33 @@ def test_candidate_cannot_connect_to_the_judges_machine(tmp_path, abilities) -> 
         listener.close()
 
 
+def test_connect_ports_open_those_ports_only_and_are_reported(tmp_path, abilities) -> None:
+    """What a sanitized worker gets (compute-sanitizer's frontend listens outside): TCP
+    connect to the listed ports, nothing else, and landlock-net reported missing."""
+    if (abilities.get("landlock_abi") or 0) < 4:
+        pytest.skip(f"no Landlock network rules here: {abilities['missing']}")
+    allowed, other = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
+    try:
+        ports = [s.getsockname()[1] for s in (allowed, other)]
+        attack = _try("allowed", f"socket.create_connection(('127.0.0.1', {ports[0]}), 2)")
+        attack += _try("other", f"socket.create_connection(('127.0.0.1', {ports[1]}), 2)")
+        attack += _try("bind", f"socket.create_server(('127.0.0.1', {ports[0] + 1}))")
+        attempts, session = _run(
+            tmp_path, attack, confine_skip=["no-network"], confine_connect_ports=[ports[0]]
+        )
+        assert attempts == {
+            "allowed": "done",
+            "other": "PermissionError",
+            "bind": "PermissionError",
+        }
+        missing = session.isolation["missing"]
+        assert f"TCP connect allowed to ports {ports[0]}" in missing["landlock-net"]
+        assert "landlock-fs" in session.isolation["in_force"]
+    finally:
+        allowed.close()
+        other.close()
+
+
 def test_candidate_sees_only_its_own_processes(tmp_path, abilities) -> None:
     _needs(abilities, "private-proc")
     attempts, _ = _run(

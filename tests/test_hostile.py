@@ -93,6 +93,11 @@ def test_rendering_fills_the_arena_in() -> None:
         shutil.rmtree(files.root)
 
 
+def _plant_file(path: Path) -> None:
+    path.parent.mkdir(parents=True)
+    path.write_text("kgh\n")
+
+
 def _load_later_judge(tmp_path: Path, plant: str | None) -> object:
     """The honest later-judge candidate rendered for a fresh arena (with ``plant`` left in
     its HOME) and imported here: it is our own code, the judge's view needs no worker."""
@@ -102,8 +107,10 @@ def _load_later_judge(tmp_path: Path, plant: str | None) -> object:
     attack = attacks(["process_state_for_later_judges"])[0]
     files = build_arena(attack, "cpu")
     try:
-        if plant:
+        if plant and plant.endswith("/"):  # a folder, empty
             (Path(files.arena.home) / plant).mkdir(parents=True)
+        elif plant:  # a file, with a line in it
+            _plant_file(Path(files.arena.home) / plant)
         files.candidate = tmp_path / f"later_{len(list(tmp_path.iterdir()))}.py"
         render(attack, files, 4242, (1111, 2222), LATER_JUDGE)
         spec = importlib.util.spec_from_file_location(files.candidate.stem, files.candidate)
@@ -122,8 +129,11 @@ def test_the_later_judge_fails_on_inherited_state_and_passes_on_a_clean_start(
     clean = _load_later_judge(tmp_path, None)
     a, b = torch.randn(8), torch.randn(8)
     assert torch.equal(clean.ModelNew()(a, b), a + b)
-    with pytest.raises(RuntimeError, match="ComputeCache exists"):
-        _load_later_judge(tmp_path, ".nv/ComputeCache")
+    # the CUDA driver's own empty folder (made when the judge starts CUDA) is no poison
+    empty = _load_later_judge(tmp_path, ".nv/ComputeCache/")
+    assert torch.equal(empty.ModelNew()(a, b), a + b)
+    with pytest.raises(RuntimeError, match="ComputeCache holds index"):
+        _load_later_judge(tmp_path, ".nv/ComputeCache/index")
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = True  # as an earlier candidate in this process would
     try:

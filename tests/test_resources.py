@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from typing import ClassVar
 
 import pytest
@@ -15,7 +17,7 @@ from kernelgate.cli import app
 from kernelgate.contract.derive import derive_contract
 from kernelgate.formats.kernelbench import load_reference
 from kernelgate.gates.base import Status
-from kernelgate.sandbox import resources
+from kernelgate.sandbox import confine, resources, sanitizer
 from kernelgate.sandbox.resources import (
     LaunchRecorder,
     launch_specialization,
@@ -232,6 +234,35 @@ def test_pytorch_only_candidate_is_skipped_not_passed() -> None:
     gate = _res02(SOFTMAX / "reference.py", DATA / "torch_softmax.py")
     assert gate.status is Status.SKIPPED
     assert "no candidate kernel" in gate.reason
+
+
+@pytest.mark.parametrize(
+    ("needs", "skipped"),
+    [("", ("no-network",)), ("pid-namespace", ("no-network", "pid-namespace"))],
+)
+def test_sanitized_worker_keeps_the_strictest_confinement_the_sanitizer_allows(
+    tmp_path, monkeypatch, needs: str, skipped: tuple[str, ...]
+) -> None:
+    """compute-sanitizer's frontend sits outside the sandbox: the judge drops only what a
+    trusted probe shows the sanitizer needs (here a stand-in that writes no summary unless
+    ``needs`` are skipped) and reports each dropped mechanism with the reason."""
+    if os.environ.get(confine.ENV_SWITCH) == "off":
+        pytest.skip("confinement turned off for this run")
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(f'#!/bin/sh\nexec {sys.executable} {DATA / "fake_sanitizer.py"} "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("FAKE_SANITIZER_NEEDS", needs)
+    assert sanitizer.sanitizer_confinement(str(fake), "cpu").skip == skipped
+    run = sanitizer.run_tool(
+        "memcheck", str(fake), DATA / "exc02_honest.py", [], "cpu", [],
+        poison=0, guard_bytes=0, timeout=30,
+    )  # fmt: skip
+    assert run.errors == 0 and run.clean, run
+    missing = run.isolation["missing"]
+    for name in skipped:
+        assert "compute-sanitizer's frontend runs outside the sandbox" in missing[name]
+    if "landlock-fs" in run.isolation["in_force"] and run.isolation.get("landlock_abi", 0) >= 4:
+        assert missing["landlock-net"].startswith("TCP connect allowed to ports 49152, ")
 
 
 def test_sanitize_in_cpu_mode_says_it_did_not_run() -> None:

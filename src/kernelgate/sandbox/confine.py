@@ -25,7 +25,9 @@ Mechanisms (names as reported):
   and ``/proc`` (where the worker has them) and to the few character devices CUDA needs;
   read and execute everywhere. Also denies ``ptrace`` of processes outside the sandbox and
   any change of the mount table.
-- ``landlock-net`` (ABI >= 4): TCP bind and connect denied.
+- ``landlock-net`` (ABI >= 4): TCP bind and connect denied. A judge that starts the worker
+  under compute-sanitizer lets it connect to the sanitizer's own ports (``connect_ports``):
+  then ``landlock-net`` is reported missing, with those ports as the reason.
 - ``landlock-signals`` (ABI >= 6): no signal to, and no abstract unix socket of, a process
   outside the sandbox.
 - ``no-capabilities``: the capability bounding set is emptied, so ``execve`` grants none.
@@ -73,6 +75,7 @@ MS_BIND = 4096
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_RULE_NET_PORT = 2
 FS_EXECUTE = 1 << 0
 FS_WRITE_FILE = 1 << 1
 FS_READ_FILE = 1 << 2
@@ -143,6 +146,8 @@ class Policy:
     file_bytes: int = 8 * GIB  # big enough for Triton's and torch's caches
     processes: int = 4096  # threads count too (RLIMIT_NPROC and pids.max both count tasks)
     shared_memory_bytes: int = 2 * GIB  # the private /dev/shm (tmpfs: host memory)
+    # TCP ports the worker may connect to (compute-sanitizer's frontend); none: no TCP
+    connect_ports: list[int] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -295,6 +300,10 @@ class _RulesetAttr(ctypes.Structure):
     ]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 class _PathBeneathAttr(ctypes.Structure):
     _pack_ = 1  # the UAPI struct is packed: 12 bytes
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
@@ -341,11 +350,16 @@ def writable_devices(root: str = "/dev") -> list[str]:
 
 
 def apply_landlock(
-    abi: int, scratch: str, report: Report, private_folders: tuple[str, ...] = ()
+    abi: int,
+    scratch: str,
+    report: Report,
+    private_folders: tuple[str, ...] = (),
+    connect_ports: tuple[int, ...] = (),
 ) -> None:
     """Restrict this thread and its future children: writes only in ``scratch``, in the
     worker's own ``private_folders`` (a fresh /dev/shm) and to the allowed devices; by ABI,
-    no TCP and no signals or abstract sockets beyond the domain."""
+    no TCP (but connections to ``connect_ports``) and no signals or abstract sockets beyond
+    the domain."""
     fs_rights = WRITE_RIGHTS_V1
     if abi >= 2:
         fs_rights |= FS_REFER
@@ -387,6 +401,18 @@ def apply_landlock(
                 )
             finally:
                 os.close(fd)
+        for port in connect_ports if abi >= 4 else ():
+            rule = _NetPortAttr(allowed_access=NET_CONNECT_TCP, port=port)
+            _check(
+                _libc.syscall(
+                    ctypes.c_long(SYS_LANDLOCK_ADD_RULE),
+                    ctypes.c_int(ruleset),
+                    ctypes.c_int(LANDLOCK_RULE_NET_PORT),
+                    ctypes.byref(rule),
+                    ctypes.c_uint32(0),
+                ),
+                f"landlock_add_rule tcp port {port}",
+            )
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
         _check(
             _libc.syscall(
@@ -399,7 +425,10 @@ def apply_landlock(
     finally:
         os.close(ruleset)
     report.hold("landlock-fs")
-    if abi >= 4:
+    if abi >= 4 and connect_ports:
+        ports = ", ".join(str(p) for p in connect_ports)
+        report.lack("landlock-net", f"TCP connect allowed to ports {ports} (bind denied)")
+    elif abi >= 4:
         report.hold("landlock-net")
     else:
         report.lack("landlock-net", f"Landlock ABI {abi} < 4 has no network rules")
@@ -717,7 +746,9 @@ def _in_child(
                 report.lack(name, why)
         else:
             try:
-                apply_landlock(abi, policy.scratch, report, private_folders)
+                apply_landlock(
+                    abi, policy.scratch, report, private_folders, tuple(policy.connect_ports)
+                )
             except OSError as exc:
                 for name in ("landlock-fs", "landlock-net", "landlock-signals"):
                     report.lack(name, _reason(exc))

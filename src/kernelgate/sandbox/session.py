@@ -83,6 +83,7 @@ class WorkerSession:
     # the KERNELGATE_ISOLATION environment variable, else "auto".
     isolation_mode: str | None = None
     confine_skip: list[str] = field(default_factory=list)  # mechanisms not to try
+    confine_connect_ports: list[int] = field(default_factory=list)  # see confine.Policy
     _own_scratch: Path | None = field(default=None, repr=False)
     _report_fd: int = field(default=-1, repr=False)
     _isolation: dict[str, Any] | None = field(default=None, repr=False)
@@ -129,6 +130,7 @@ class WorkerSession:
             skip=self.confine_skip,
             wrapper=self.wrapper,
             explicit=self.isolation_mode is not None,
+            connect_ports=self.confine_connect_ports,
         )
         self._isolation = launch.isolation
         self._process = subprocess.Popen(
@@ -527,12 +529,16 @@ def confined_command(
     wrapper: list[str] | None = None,
     explicit: bool = False,
     die_with_caller: bool = False,
+    connect_ports: list[int] | None = None,
 ) -> ConfinedCommand:
     """``command`` (after ``wrapper``, e.g. compute-sanitizer) under the confinement
     launcher with ``scratch`` as the only writable folder and ``skip`` left untried; with
     ``mode`` "off", the command as it is and a report saying so (``explicit``: turned off by
     the caller rather than by KERNELGATE_ISOLATION). Start it with ``cwd=scratch`` and
     ``confine.scratch_env(scratch)`` in its environment.
+
+    ``connect_ports``: TCP ports the command may still connect to (compute-sanitizer's
+    frontend, which runs outside the sandbox).
 
     ``die_with_caller``: the launcher is SIGKILLed when the thread that starts it dies (a
     small trusted shim, ``DIE_WITH_CALLER``, sets ``PR_SET_PDEATHSIG`` and becomes the
@@ -545,7 +551,12 @@ def confined_command(
         reason = "turned off" if explicit else f"turned off ({confine.ENV_SWITCH}=off)"
         return ConfinedCommand([*(wrapper or []), *command], (), confine.turned_off(reason))
     report_read, report_write = os.pipe()
-    policy = confine.Policy(scratch=str(scratch), report_fd=report_write, skip=list(skip))
+    policy = confine.Policy(
+        scratch=str(scratch),
+        report_fd=report_write,
+        skip=list(skip),
+        connect_ports=list(connect_ports or []),
+    )
     launcher = [sys.executable, "-P", confine.__file__, policy.to_json(), "--"]
     shim = [sys.executable, "-I", "-S", "-c", DIE_WITH_CALLER, str(os.getpid())]
     return ConfinedCommand(

@@ -1,9 +1,13 @@
 """Honest (template): the candidate a *later* judge sees after an attack, in the same arena.
 
 It computes the right answer, unless its worker started with process-wide state an earlier
-candidate could have changed (a torch setting off its default, files in HOME for CUDA's and
+candidate could have changed (a torch setting off its default, entries in HOME for CUDA's and
 torch's caches): then it fails at import, naming what changed. An attack got through to
 later judges if this candidate is not verified.
+
+A cache counts as poisoned by its files, not by its folder: the CUDA driver makes an empty
+``~/.nv/ComputeCache`` itself when the judge (whose HOME is the arena's) starts CUDA, so on a
+device the folder is there after every honest judge.
 """
 
 import os
@@ -37,9 +41,19 @@ def _changed() -> list[str]:
     if float(tiny * 1.0) == 0.0:
         changed.append("denormals flushed")
     for relative in LEFT_IN_HOME:
-        if os.path.exists(os.path.join(ARENA.home, relative)):
-            changed.append(f"~/{relative} exists")
+        entries = _files_under(os.path.join(ARENA.home, relative))
+        if entries:
+            changed.append(f"~/{relative} holds {', '.join(entries[:3])}")
     return changed
+
+
+def _files_under(folder: str) -> list[str]:
+    """Files below ``folder`` (relative to it); none if it is missing or holds only folders."""
+    return sorted(
+        os.path.relpath(os.path.join(parent, name), folder)
+        for parent, _, names in os.walk(folder)
+        for name in names
+    )
 
 
 CHANGED = _changed()
