@@ -17,6 +17,7 @@ being judged, the old check's result and the journal of finished gates (``old_ch
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import json
@@ -26,11 +27,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelgate.audit import oldcheck
+from kernelgate.audit import admission, oldcheck
 from kernelgate.audit.interrupt import Interruption
 from kernelgate.audit.memory_guard import HostMemoryGuard
 from kernelgate.audit.processes import (
@@ -343,7 +345,10 @@ def judge_isolated(
         if guard is not None:
             guard.register(process.pid)
         try:
-            code = process.wait(timeout=options.record_limit)
+            # time spent waiting for device memory (admission) is not judging time
+            code = admission.wait_for_judge(
+                process, options.record_limit, work / admission.WAITING_MARKER
+            )
         except subprocess.TimeoutExpired:
             kill_tree(process.pid)
             process.wait()
@@ -456,8 +461,11 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
     journal = GateJournal(work / JOURNAL_NAME, key)
     verdict = None
     # Both the old check and the gates run the candidate; whatever either left running is
-    # killed before a byte of evidence is written (``worker_tree_settled``).
-    with worker_tree_settled() as settled:
+    # killed before a byte of evidence is written (``worker_tree_settled``). Both run once
+    # this judge's device memory is reserved (``device_admission``).
+    with device_admission(reference, options, work) as reserved, worker_tree_settled() as settled:
+        if reserved:
+            row["admission"] = reserved
         _log_step("old check ...")
         old = _old_check(reference, candidate, backend, options, work / OLD_CHECK_NAME, key)
         _log_step(f"old check {old['status']}")
@@ -525,6 +533,31 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
     row["seconds"] = round(time.monotonic() - started, 2)
     row["peak_memory"] = peak_memory()
     return row
+
+
+@contextlib.contextmanager
+def device_admission(
+    reference: Path, options: AuditOptions, work: Path
+) -> Iterator[dict[str, Any]]:
+    """Hold a reservation of this judge's estimated device memory in the ledger of its GPU
+    (``audit/admission.py``) for as long as the block runs; yields what was reserved, the
+    seconds waited for it ({} in CPU mode or without a CUDA device: nothing to share)."""
+    budget = admission.device_budget() if options.device == "cuda" else None
+    if budget is None:
+        yield {}
+        return
+    elements = admission.reference_elements(reference)
+    estimate = admission.estimate_device_bytes(elements)
+    ledger = admission.Ledger(admission.ledger_path(Path(options.out_dir) / "admission"), budget)
+    marker = work / admission.WAITING_MARKER
+    with ledger.admitted(estimate, marker=marker, on_wait=_log_step) as waited:
+        _log_step(f"admitted: {estimate / admission.GIB:.1f} GiB reserved after {waited:.1f} s")
+        yield {
+            "elements": elements,
+            "estimate_bytes": estimate,
+            "budget_bytes": budget,
+            "waited_s": round(waited, 2),
+        }
 
 
 def _old_check(

@@ -1,0 +1,196 @@
+"""Memory-aware admission: a judge reserves its device memory before it touches the device.
+
+Several judges share one GPU in an audit. Without admission, two records with
+KernelBench-sized tensors (8 GiB float64 draws) start side by side, one runs the device out
+of memory, and its record is judged again with fewer beside it: minutes lost per cycle, on
+the records that cost the most. Here each judge estimates what it will hold from the
+reference's shapes on the meta device (nothing allocated), and writes that estimate into a
+ledger shared by the judges of one GPU before it runs the old check or any gate. It waits
+while its estimate does not fit beside the reservations of the judges still alive; a judge
+that is alone is always admitted, so a record larger than the budget is judged alone rather
+than never.
+
+The ledger is a JSON file (``{pid: bytes}``) under an ``fcntl`` lock, one per host and GPU,
+in the audit's folder: judges of a local pool and of Ray workers on one node meet there. An
+entry whose process has died counts for nothing, so a judge killed mid-record (its whole
+tree SIGKILLed by the audit) frees its reservation without a word.
+
+The estimate is a model, not a measurement (docs/audit.md, "Memory-aware admission"): per
+element the reference holds at its own sizes (parameters, buffers, inputs and outputs), the
+float64 oracle's copies and intermediates in the judge (2 x 8 bytes), the judge's pristine
+inputs, the outputs it receives and its comparisons (3 x 4 bytes), the worker's copies and
+the candidate's temporaries (3 x 4 bytes); plus one CUDA context each for the judge and the
+worker. Each row records its estimate beside the memory the judge measured, for checking
+the model against the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 1 << 30
+BYTES_PER_ELEMENT = 2 * 8 + 3 * 4 + 3 * 4  # oracle (float64), judge side, worker side
+CONTEXT_BYTES = 1 * GIB  # two CUDA contexts (judge, worker) with their caches
+UNKNOWN_ELEMENTS_BYTES = 8 * GIB  # a reference the meta device cannot size
+BUDGET_SHARE = 0.85  # of the device's total memory: allocator rounding, fragmentation
+POLL_SECONDS = 0.5
+SIZING_SECONDS = 10.0  # for the meta-device run that sizes the reference
+WAITING_MARKER = "admission-waiting"  # in a record's work folder while its judge waits
+
+
+def estimate_device_bytes(elements: int | None) -> int:
+    """Device memory a judge and its worker hold for a reference of ``elements`` tensor
+    elements (``ReferenceProgram.footprint``; None: not measurable on the meta device)."""
+    if elements is None:
+        return CONTEXT_BYTES + UNKNOWN_ELEMENTS_BYTES
+    return CONTEXT_BYTES + BYTES_PER_ELEMENT * elements
+
+
+def reference_elements(reference: Path, seconds: float = SIZING_SECONDS) -> int | None:
+    """Tensor elements the reference holds at its own sizes, measured on the meta device
+    (None when it cannot be built there, fails, or takes over ``seconds``: the meta device
+    runs a recurrent network step by step). Its failures are ``verify``'s to report."""
+    from kernelgate.formats.kernelbench import load_reference
+    from kernelgate.inputs.footprint import Expired, time_limit
+
+    try:
+        with time_limit(seconds):
+            footprint = load_reference(reference).footprint()
+    except (Exception, Expired):
+        return None
+    return None if footprint is None else footprint.elements
+
+
+def device_budget() -> int | None:
+    """What the judges of this GPU may reserve together: a share of its total memory
+    (None without a CUDA device: no admission)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    _, total = torch.cuda.mem_get_info()
+    return int(total * BUDGET_SHARE)
+
+
+def ledger_path(folder: Path) -> Path:
+    """The ledger of this host's GPU as the judge sees it (``CUDA_VISIBLE_DEVICES``)."""
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(",", "+") or "all"
+    return folder / f"{socket.gethostname()}-gpu{gpu}.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class Ledger:
+    """Reservations of device memory by the judges of one GPU (see the module docstring)."""
+
+    path: Path
+    budget: int
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[dict[int, int]]:
+        """The reservations of live judges, under the lock; written back on exit."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                try:
+                    raw = json.loads(self.path.read_text())
+                except (OSError, ValueError):
+                    raw = {}
+                entries = {
+                    int(pid): int(size)
+                    for pid, size in (raw.items() if isinstance(raw, dict) else ())
+                    if str(pid).isdigit() and _alive(int(pid))
+                }
+                yield entries
+                temporary = self.path.with_suffix(".tmp")
+                temporary.write_text(json.dumps({str(p): s for p, s in entries.items()}))
+                temporary.replace(self.path)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def try_reserve(self, pid: int, size: int) -> bool:
+        """Reserve ``size`` bytes for ``pid`` if they fit beside the others' (or if no one
+        else holds any); False leaves the ledger as it was."""
+        with self._locked() as entries:
+            others = {p: s for p, s in entries.items() if p != pid}
+            if others and sum(others.values()) + size > self.budget:
+                return False
+            entries[pid] = size
+            return True
+
+    def release(self, pid: int) -> None:
+        with self._locked() as entries:
+            entries.pop(pid, None)
+
+    def reserved(self) -> dict[int, int]:
+        """The live reservations (for reports and tests)."""
+        with self._locked() as entries:
+            return dict(entries)
+
+    @contextlib.contextmanager
+    def admitted(
+        self,
+        size: int,
+        *,
+        marker: Path | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        poll: float = POLL_SECONDS,
+    ) -> Iterator[float]:
+        """Wait until ``size`` bytes are reserved for this process, yield the seconds
+        waited, release them on exit. ``marker`` exists while waiting: the audit does not
+        count that time against the record's limit (``wait_for_judge``)."""
+        pid, started, told = os.getpid(), time.monotonic(), False
+        try:
+            while not self.try_reserve(pid, size):
+                if not told:
+                    if marker is not None:
+                        marker.touch()
+                    if on_wait is not None:
+                        on_wait(
+                            f"waiting for device memory: {size / GIB:.1f} GiB estimated, "
+                            f"{sum(self.reserved().values()) / GIB:.1f} of "
+                            f"{self.budget / GIB:.1f} GiB reserved by other judges"
+                        )
+                    told = True
+                time.sleep(poll)
+        finally:
+            if marker is not None:
+                marker.unlink(missing_ok=True)
+        try:
+            yield time.monotonic() - started
+        finally:
+            self.release(pid)
+
+
+def wait_for_judge(process: subprocess.Popen[bytes], limit: float, marker: Path) -> int:
+    """``process.wait`` with ``limit`` seconds of judging: time during which ``marker``
+    exists (the judge waiting for admission) is not counted. Raises TimeoutExpired."""
+    deadline = time.monotonic() + limit
+    while True:
+        before = time.monotonic()
+        try:
+            return process.wait(timeout=min(1.0, max(0.05, deadline - before)))
+        except subprocess.TimeoutExpired:
+            if marker.exists():
+                deadline += time.monotonic() - before
+            elif time.monotonic() >= deadline:
+                raise

@@ -1,0 +1,119 @@
+"""Memory-aware admission of an audit's judges (``kernelgate.audit.admission``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelgate.audit import admission
+from kernelgate.audit.admission import Ledger
+
+from .conftest import SOFTMAX
+
+
+@pytest.fixture
+def sleeper() -> subprocess.Popen[bytes]:
+    """A live process other than this one, standing for another judge."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def test_a_reservation_waits_until_it_fits_beside_live_ones(tmp_path: Path, sleeper) -> None:
+    ledger = Ledger(tmp_path / "gpu.json", budget=10)
+    assert ledger.try_reserve(sleeper.pid, 6)
+    assert not ledger.try_reserve(12345678, 6), "6 + 6 > 10 while the other judge lives"
+    assert ledger.reserved() == {sleeper.pid: 6}, "a refused reservation leaves no entry"
+    assert ledger.try_reserve(sleeper.pid, 4), "a judge's own entry is replaced, not added"
+    assert ledger.try_reserve(12345678, 6) and ledger.reserved() == {sleeper.pid: 4}
+    ledger.release(sleeper.pid)
+    assert ledger.reserved() == {}
+
+
+def test_a_dead_judges_reservation_counts_for_nothing(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    ledger = Ledger(tmp_path / "gpu.json", budget=10)
+    (tmp_path / "gpu.json").write_text(f'{{"{gone.pid}": 9}}')  # its judge was killed
+    with ledger.admitted(8) as waited:
+        assert waited < 1.0
+        assert ledger.reserved() == {os.getpid(): 8}
+
+
+def test_a_judge_alone_is_admitted_above_the_budget(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "gpu.json", budget=10)
+    with ledger.admitted(50) as waited:
+        assert waited < 1.0
+    assert ledger.reserved() == {}, "released on exit"
+
+
+def test_admitted_waits_marks_the_wait_and_proceeds_once_memory_frees(
+    tmp_path: Path, sleeper
+) -> None:
+    ledger = Ledger(tmp_path / "gpu.json", budget=10)
+    assert ledger.try_reserve(sleeper.pid, 8)
+    marker, lines = tmp_path / "waiting", []
+    seen_marker = []
+
+    def free_later() -> None:
+        time.sleep(0.6)
+        seen_marker.append(marker.exists())
+        ledger.release(sleeper.pid)
+
+    threading.Thread(target=free_later).start()
+    with ledger.admitted(5, marker=marker, on_wait=lines.append, poll=0.05) as waited:
+        assert waited >= 0.5
+        assert not marker.exists(), "the marker is gone once admitted"
+    assert seen_marker == [True]
+    assert len(lines) == 1 and "reserved by other judges" in lines[0], lines
+
+
+def test_waiting_for_admission_does_not_count_against_the_record_limit(tmp_path: Path) -> None:
+    marker = tmp_path / "waiting"
+    script = (
+        "import pathlib, sys, time\n"
+        "m = pathlib.Path(sys.argv[1]); m.touch(); time.sleep(1.5); m.unlink(); time.sleep(0.5)"
+    )
+    judge = subprocess.Popen([sys.executable, "-c", script, str(marker)])
+    assert admission.wait_for_judge(judge, 1.2, marker) == 0  # 2 s in all, 0.5 s judging
+    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        started = time.monotonic()
+        with pytest.raises(subprocess.TimeoutExpired):
+            admission.wait_for_judge(stuck, 0.5, marker)
+        assert time.monotonic() - started < 3
+    finally:
+        stuck.kill()
+        stuck.wait()
+
+
+def test_the_estimate_grows_with_the_reference_and_covers_the_unknown() -> None:
+    elements = admission.reference_elements(SOFTMAX / "reference.py")
+    assert elements is not None and elements > 0
+    small, large = (admission.estimate_device_bytes(n) for n in (elements, 10 * elements))
+    assert admission.CONTEXT_BYTES < small < large
+    assert large - admission.CONTEXT_BYTES == 10 * (small - admission.CONTEXT_BYTES)
+    unknown = admission.estimate_device_bytes(None)
+    assert unknown == admission.CONTEXT_BYTES + admission.UNKNOWN_ELEMENTS_BYTES
+
+
+def test_an_unsizable_reference_is_an_unknown_not_an_error(tmp_path: Path) -> None:
+    broken = tmp_path / "reference.py"
+    broken.write_text("raise RuntimeError('no')\n")
+    assert admission.reference_elements(broken) is None
+
+
+def test_no_admission_in_cpu_mode(tmp_path: Path) -> None:
+    from kernelgate.audit.judge import AuditOptions, device_admission
+
+    options = AuditOptions(out_dir=str(tmp_path), device="cpu")
+    with device_admission(SOFTMAX / "reference.py", options, tmp_path) as reserved:
+        assert reserved == {}
+    assert not (tmp_path / "admission").exists()
