@@ -162,3 +162,22 @@ def _is_old_check_in_trial(pid: int) -> bool:
         return False
     threads = len(list(Path(f"/proc/{pid}/task").iterdir())) if command else 0
     return b"kernelgate.audit.oldcheck" in command and threads > 1 and "nanosleep" in stack
+
+
+def test_a_shared_scratch_carries_the_old_checks_builds_to_the_workers(tmp_path: Path) -> None:
+    """The audit gives a record's old check and its verification one scratch folder, so a
+    build the check made (a CUDA extension, a Triton kernel) is there for the workers; the
+    check leaves a shared folder in place, and the workers run in it."""
+    import kernelgate
+
+    prelude = "import uuid\nopen(f'imported-{uuid.uuid4().hex}', 'w').close()\n"
+    candidate = _candidate(tmp_path, prelude)
+    scratch = tmp_path / "record-scratch"
+    scratch.mkdir()
+    result = oldcheck.run_old_check(REFERENCE, candidate, device="cpu", timeout=30, scratch=scratch)
+    assert result["status"] == "accepted", result
+    after_check = {p.name for p in scratch.glob("imported-*")}
+    assert after_check, "the check's child imported the candidate in the shared folder"
+    verdict = kernelgate.verify(REFERENCE, candidate, only=["CMP-01"], scratch=scratch)
+    assert verdict.verdict.value in ("verified", "narrowed"), verdict.failed_gates
+    assert after_check < {p.name for p in scratch.glob("imported-*")}, "workers ran there too"

@@ -58,6 +58,7 @@ def verify(
     sanitize: bool = False,
     journal: GateJournal | None = None,
     trace: Callable[[str], None] | None = None,
+    scratch: Path | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -70,7 +71,9 @@ def verify(
     its key must name everything the gates depend on besides the two programs (device,
     seed, timeout, ``only``, ``sanitize``, the kernelgate code), as the audit's does.
     ``trace`` gets a line as each oracle evaluation and candidate call starts and ends
-    (``GateContext.step``): where a slow judge spends its time.
+    (``GateContext.step``): where a slow judge spends its time. ``scratch``: the workers'
+    writable folder, for a caller that ran the same candidate before in it (the audit's old
+    check): its builds are reused; by default one of the verification's own.
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -90,7 +93,9 @@ def verify(
     if isinstance(contract, str | Path):  # a contract file: replays must judge by it too
         replay += ["--contract", str(contract)]
         contract = load_contract(contract)
-    session = WorkerSession(Path(candidate), program.init_inputs(), device=device, timeout=timeout)
+    session = WorkerSession(
+        Path(candidate), program.init_inputs(), device=device, timeout=timeout, scratch=scratch
+    )
     session.spawn()  # the worker starts up while the judge derives the contract
     try:
         contract = contract or contract_for(program)  # library entry if it matches, else derived

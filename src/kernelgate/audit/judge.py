@@ -23,9 +23,11 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -463,11 +465,19 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
     # Both the old check and the gates run the candidate; whatever either left running is
     # killed before a byte of evidence is written (``worker_tree_settled``). Both run once
     # this judge's device memory is reserved (``device_admission``).
-    with device_admission(reference, options, work) as reserved, worker_tree_settled() as settled:
+    # One scratch folder for the candidate's old check and its workers: a CUDA extension or
+    # Triton kernel the check built is not built again (the same candidate's own folder).
+    scratch = Path(tempfile.mkdtemp(prefix="kernelgate-record-"))
+    with (
+        device_admission(reference, options, work) as reserved,
+        worker_tree_settled() as settled,
+    ):
         if reserved:
             row["admission"] = reserved
         _log_step("old check ...")
-        old = _old_check(reference, candidate, backend, options, work / OLD_CHECK_NAME, key)
+        old = _old_check(
+            reference, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch
+        )
         _log_step(f"old check {old['status']}")
         row |= {
             "old_check": old["status"],
@@ -484,6 +494,7 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
                 journal=journal,
                 on_gate=_log_gate,
                 trace=_log_step,
+                scratch=scratch,
             )
         except CandidateLoadError as exc:
             row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
@@ -491,6 +502,7 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
             row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
         except KernelgateError as exc:
             row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
+    shutil.rmtree(scratch, ignore_errors=True)  # nothing of the candidate's runs any more
     if settled.killed:
         _log_step(f"killed {len(settled.killed)} leftover process(es): {'; '.join(settled.killed)}")
         row["leftover_processes"] = settled.killed
@@ -567,6 +579,7 @@ def _old_check(
     options: AuditOptions,
     saved: Path,
     key: str,
+    scratch: Path | None = None,
 ) -> dict[str, Any]:
     """The harness's own check, or its result from an earlier attempt at the same record
     (same programs, settings and code: ``key``), which the journal's gates then follow.
@@ -582,7 +595,7 @@ def _old_check(
         old = oldcheck.not_run("CUDA C++ candidate: the old check needs a GPU (--device cuda)")
     else:
         old = oldcheck.run_old_check(
-            reference, candidate, device=options.device, timeout=options.timeout
+            reference, candidate, device=options.device, timeout=options.timeout, scratch=scratch
         )
     write_atomic(saved, json.dumps({"key": key, "result": old}))
     return old

@@ -106,7 +106,12 @@ def _validated(result: Any) -> dict[str, Any]:
 
 
 def run_old_check(
-    reference: Path, candidate: Path, *, device: str, timeout: float
+    reference: Path,
+    candidate: Path,
+    *,
+    device: str,
+    timeout: float,
+    scratch: Path | None = None,
 ) -> dict[str, Any]:
     """Run KernelBench's check of ``candidate`` against ``reference`` in a child process,
     confined as ``verify``'s worker is (``sandbox/confine.py``, KERNELGATE_ISOLATION).
@@ -114,7 +119,9 @@ def run_old_check(
     ``timeout`` bounds each candidate call (one trial); loading gets ``LOAD_TIMEOUT``. A hang
     or crash is a rejection, as in KernelBench (its batch runner records a timed-out or
     crashed evaluation as not compiled, not correct). The result's ``isolation`` is the
-    launcher's report as one line (``confine.summary_line``).
+    launcher's report as one line (``confine.summary_line``). ``scratch``: the child's
+    writable folder, left in place for the same candidate's verification to reuse (its
+    CUDA extension and Triton builds); by default one of its own, removed afterwards.
 
     A confined child that fails before its trials (the harness dies, the reference or the
     candidate does not load) is checked as the worker's load is: if a trusted probe worker
@@ -126,14 +133,14 @@ def run_old_check(
     from kernelgate.sandbox.session import isolation_mode, loosened_confinement, with_loosened
 
     mode, skip = isolation_mode(), []
-    result, isolation = _run_child(reference, candidate, device, timeout, mode, skip)
+    result, isolation = _run_child(reference, candidate, device, timeout, mode, skip, scratch)
     if mode != "off" and _failed_before_trials(result):
         loosened = loosened_confinement(device, [], skip)
         if loosened is not None:
             new_skip, reasons = loosened
             mode = "off" if new_skip is None else mode
             result, isolation = _run_child(
-                reference, candidate, device, timeout, mode, new_skip or []
+                reference, candidate, device, timeout, mode, new_skip or [], scratch
             )
             isolation = with_loosened(isolation, reasons, off=mode == "off")
     return result | {"isolation": confine.summary_line(isolation)}
@@ -147,21 +154,27 @@ def _failed_before_trials(result: dict[str, Any]) -> bool:
 
 
 def _run_child(
-    reference: Path, candidate: Path, device: str, timeout: float, mode: str, skip: list[str]
+    reference: Path,
+    candidate: Path,
+    device: str,
+    timeout: float,
+    mode: str,
+    skip: list[str],
+    shared_scratch: Path | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One run of the child (see ``run_old_check``): its result and the isolation report.
 
-    The child gets a scratch folder of its own as its only writable place (removed when
-    its whole tree is gone) and dies when the judge does: it watches the result pipe
-    (``exit_when_reader_gone``), which works inside a PID namespace, where the judge is not
-    its parent and ``getppid()`` names nobody outside; and its launcher is SIGKILLed with
-    the judge (``die_with_caller``), which ends the namespace even if the candidate starves
-    the watcher thread.
+    The child gets a scratch folder as its only writable place (its own, removed when its
+    whole tree is gone, unless ``shared_scratch`` is given) and dies when the judge does:
+    it watches the result pipe (``exit_when_reader_gone``), which works inside a PID
+    namespace, where the judge is not its parent and ``getppid()`` names nobody outside;
+    and its launcher is SIGKILLed with the judge (``die_with_caller``), which ends the
+    namespace even if the candidate starves the watcher thread.
     """
     from kernelgate.sandbox.session import confined_command, read_launcher_report
 
     read_fd, write_fd = os.pipe()
-    scratch = Path(tempfile.mkdtemp(prefix="kernelgate-oldcheck-"))
+    scratch = shared_scratch or Path(tempfile.mkdtemp(prefix="kernelgate-oldcheck-"))
     env = child_env(device)
     env.pop(PARENT_ENV, None)  # its parent is the launcher's: the pipe says when to go
     env.update(confine.scratch_env(str(scratch)))
@@ -194,7 +207,8 @@ def _run_child(
             os.close(report_fd)
         _stop(process, confined=mode != "off")
         log_path.unlink(missing_ok=True)
-        shutil.rmtree(scratch, ignore_errors=True)
+        if shared_scratch is None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _stop(process: subprocess.Popen[bytes], *, confined: bool) -> None:
