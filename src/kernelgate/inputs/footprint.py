@@ -33,6 +33,7 @@ FOOTPRINT_FACTOR = 4  # a size holds and computes at most this many times the re
 FLOPS_PER_CAPPED_ELEMENT = 1024  # the flop limit's floor, per element of the cap
 FOOTPRINT_SECONDS = 30.0  # meta-device measuring per gate run
 IMPORT_GRACE_SECONDS = 0.05  # a limit that falls inside an import is retried this much later
+REARM_SECONDS = 0.05  # an expiry that was swallowed is raised again this much later
 
 
 class Expired(BaseException):
@@ -67,6 +68,9 @@ def time_limit(seconds: float) -> Iterator[None]:
         if _importing(frame):  # an import cut off leaves its module half made, for good
             signal.setitimer(signal.ITIMER_REAL, IMPORT_GRACE_SECONDS)
             return
+        # Raised inside a garbage-collector callback or a ``__del__`` (hypothesis installs
+        # one), the exception is printed and dropped: until the block ends, raise it again.
+        signal.setitimer(signal.ITIMER_REAL, REARM_SECONDS)
         raise Expired
 
     outer_left = signal.getitimer(signal.ITIMER_REAL)[0]  # 0.0: no limit outside
