@@ -19,9 +19,9 @@ The estimate is a model, not a measurement (docs/audit.md, "Memory-aware admissi
 element the reference holds at its own sizes (parameters, buffers, inputs and outputs), the
 float64 oracle's copies and intermediates in the judge (2 x 8 bytes), the judge's pristine
 inputs, the outputs it receives and its comparisons (3 x 4 bytes), the worker's copies and
-the candidate's temporaries (3 x 4 bytes); plus one CUDA context each for the judge and the
-worker. Each row records its estimate beside the memory the judge measured, for checking
-the model against the device.
+the candidate's temporaries (3 x 4 bytes); plus a fixed part for the two CUDA contexts
+and the judge's allocator (``CONTEXT_BYTES``). Each row records its estimate beside the
+memory the judge measured, for checking the model against the device.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ from pathlib import Path
 
 GIB = 1 << 30
 BYTES_PER_ELEMENT = 2 * 8 + 3 * 4 + 3 * 4  # oracle (float64), judge side, worker side
-CONTEXT_BYTES = 1 * GIB  # two CUDA contexts (judge, worker) with their caches
+# Held whatever the sizes: two CUDA contexts (judge, worker; about 0.5 GiB each) and what the
+# judge's allocator reserved on the smallest CUDA-L1 records on the H200 (1.0-1.6 GiB)
+CONTEXT_BYTES = 3 * GIB
 UNKNOWN_ELEMENTS_BYTES = 8 * GIB  # a reference the meta device cannot size
 BUDGET_SHARE = 0.85  # of the device's total memory: allocator rounding, fragmentation
 POLL_SECONDS = 0.5
