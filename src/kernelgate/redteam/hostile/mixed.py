@@ -105,8 +105,9 @@ LEFT_OUT: dict[str, str] = {
     "not show already",
     "exhaust_memory": "needs 8 GiB of headroom per import; beside the audit's parallel judges "
     "it would measure the machine, not the judge",
-    "gpu_held_after_exit": "needs a device to mean anything; its CPU analogue is a detached "
-    "helper, which detached_evidence_rewriter and fork_bomb already are",
+    "gpu_held_after_exit": "a detached helper that outlives its worker, holding device memory: "
+    "the single-verification suite judges it on a device; in an audit, a detached helper is "
+    "what detached_evidence_rewriter and fork_bomb already are",
 }
 # A small subset for a quick run (the CPU test): the attacks on an audit's folder.
 QUICK = ("kill_judge_at_forward", "detached_evidence_rewriter", "write_audit_store")
