@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -323,13 +322,21 @@ def judge_isolated(
         return ingested(unstored, record, work) | {"recovered_result": True}
     result.unlink(missing_ok=True)
     (work / EVIDENCE_NAME).unlink(missing_ok=True)  # an earlier judging's must not pass for this
-    write_atomic(request, json.dumps({"record": record.to_dict(), "options": asdict(options)}))
     env = child_env(options.device)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
-    with log_path.open("wb") as log:
+    # The record's scratch folder (``judge_record``) is made and removed here, in the
+    # parent: a judge killed mid-record (a deadline, the memory guard) leaves nothing behind.
+    with (
+        log_path.open("wb") as log,
+        tempfile.TemporaryDirectory(
+            prefix="kernelgate-record-", ignore_cleanup_errors=True
+        ) as scratch,
+    ):
+        order = {"record": record.to_dict(), "options": asdict(options), "scratch": scratch}
+        write_atomic(request, json.dumps(order))
 
         def start() -> subprocess.Popen[bytes]:
             return subprocess.Popen(
@@ -432,7 +439,9 @@ def contract_coverage(contract: dict[str, Any], environment: dict[str, Any]) -> 
     }
 
 
-def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dict[str, Any]:
+def judge_record(
+    record: CorpusRecord, options: AuditOptions, work: Path, scratch: Path
+) -> dict[str, Any]:
     """Old check and contract verdict for one readable record (runs in the judge child)."""
     import shlex
 
@@ -465,9 +474,9 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
     # Both the old check and the gates run the candidate; whatever either left running is
     # killed before a byte of evidence is written (``worker_tree_settled``). Both run once
     # this judge's device memory is reserved (``device_admission``).
-    # One scratch folder for the candidate's old check and its workers: a CUDA extension or
-    # Triton kernel the check built is not built again (the same candidate's own folder).
-    scratch = Path(tempfile.mkdtemp(prefix="kernelgate-record-"))
+    # ``scratch`` is one folder for the candidate's old check and its workers: a CUDA
+    # extension or Triton kernel the check built is not built again (the same candidate's
+    # own folder; the parent, ``judge_isolated``, makes and removes it).
     with (
         device_admission(reference, options, work) as reserved,
         worker_tree_settled() as settled,
@@ -502,7 +511,6 @@ def judge_record(record: CorpusRecord, options: AuditOptions, work: Path) -> dic
             row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
         except KernelgateError as exc:
             row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
-    shutil.rmtree(scratch, ignore_errors=True)  # nothing of the candidate's runs any more
     if settled.killed:
         _log_step(f"killed {len(settled.killed)} leftover process(es): {'; '.join(settled.killed)}")
         row["leftover_processes"] = settled.killed
@@ -642,7 +650,7 @@ def _main(request_path: str, result_path: str) -> None:
     request = json.loads(Path(request_path).read_text())
     record = CorpusRecord.from_dict(request["record"])
     options = AuditOptions(**request["options"])
-    row = judge_record(record, options, Path(result_path).parent)
+    row = judge_record(record, options, Path(result_path).parent, Path(request["scratch"]))
     write_atomic(Path(result_path), json.dumps(row))  # a half-written result is never read
 
 

@@ -150,7 +150,7 @@ def sanitized_session(
         session.confine_skip = list(confinement.skip)
         session.confine_connect_ports = list(FRONTEND_PORTS)
     session.wrapper_probe = False  # the level was chosen with the probe already
-    session.exit_grace = max(60.0, timeout)
+    session.exit_grace = max(120.0, timeout)  # the sanitizer writes its summary at exit
     return session
 
 
@@ -219,7 +219,6 @@ def run_tool(
             timeout=timeout * SLOWDOWN,
             load_timeout=max(600.0, timeout * SLOWDOWN),
         )
-        session.exit_grace = max(120.0, timeout * SLOWDOWN)
         try:
             session.start()
             for inputs in cases:
