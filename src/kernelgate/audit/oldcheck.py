@@ -352,6 +352,9 @@ def _child(result_fd: int, reference: str, candidate: str, device: str) -> None:
         return
 
     emit(phase="load")
+    from kernelgate.sandbox.builds import remember_failed_builds
+
+    remember_failed_builds()  # the verification's workers share this scratch folder
     try:
         spec = importlib.util.spec_from_file_location("kernelgate_oldcheck_candidate", candidate)
         assert spec is not None and spec.loader is not None

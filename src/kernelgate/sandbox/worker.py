@@ -23,6 +23,7 @@ import torch  # noqa: E402
 
 from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E402
 from kernelgate.sandbox import wire  # noqa: E402
+from kernelgate.sandbox.builds import remember_failed_builds  # noqa: E402
 from kernelgate.sandbox.clocks import ClockMode, Clocks  # noqa: E402
 from kernelgate.sandbox.poison import PoisonAllocator, flood_device_cache  # noqa: E402
 from kernelgate.sandbox.resources import CompileServer, LaunchRecorder  # noqa: E402
@@ -112,6 +113,7 @@ class Worker:
             if interpreter and "triton" not in sys.modules:  # must fork before Triton loads
                 self.compiler = CompileServer(close_fds=(self.fd_in, self.fd_out))
             self.recorder.install(interpreter=interpreter)
+            remember_failed_builds()  # a build that failed in an earlier worker fails at once
             if self.device.type == "cuda":
                 self.side_streams.install()
             path = header["candidate"]

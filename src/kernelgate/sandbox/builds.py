@@ -1,0 +1,94 @@
+"""Failed extension builds, remembered across the workers of one candidate.
+
+Many CUDA-L1 candidates build a CUDA extension when they are imported and fall back to
+PyTorch when the build fails (sources written for an older CUDA or PyTorch). ninja keeps a
+successful build in the candidate's scratch folder, which every worker of one verification
+shares, so later workers load it in milliseconds; a failed build leaves nothing behind, and
+every fresh worker ran nvcc again: about 20 s on the H200 each time, three or four times a
+record (the old check, the main worker, ORD-02's and CMP-01's fresh instances).
+
+``remember_failed_builds`` (installed in the worker before the candidate is imported) keeps
+the compiler's output of a failed build in the build folder, keyed by what was built
+(``build.ninja`` and the bytes of the sources it names), and a later worker building the same
+thing gets the same error at once. The candidate sees what it saw the first time: the same
+``RuntimeError`` with the same message. A build killed by a signal or by memory pressure is
+not remembered: it might succeed the next time.
+
+The record lives in the candidate's own scratch folder, which the candidate can write: it can
+only make its own later builds fail, which it could do anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+RECORD_PREFIX = "kernelgate-failed-build-"
+# Output of a build that may well succeed when tried again (not a compiler's verdict).
+TRANSIENT_MARKERS = ("Killed", "killed by signal", "interrupted by", "out of memory", "No space")
+
+
+def build_key(build_directory: str | Path) -> str | None:
+    """A digest of ``build.ninja`` and of every file its build statements name, or None when
+    there is no ``build.ninja`` to read (nothing to key on)."""
+    folder = Path(build_directory)
+    try:
+        ninja = (folder / "build.ninja").read_bytes()
+    except OSError:
+        return None
+    digest = hashlib.sha256(ninja)
+    for path in sorted(_named_inputs(ninja.decode(errors="replace"), folder)):
+        digest.update(path.encode())
+        try:
+            digest.update(hashlib.sha256(Path(path).read_bytes()).digest())
+        except OSError:
+            digest.update(b"<unreadable>")
+    return digest.hexdigest()[:32]
+
+
+def _named_inputs(ninja: str, folder: Path) -> set[str]:
+    """Paths after the rule name of each ``build OUT: RULE IN...`` statement that exist as
+    files (the sources; intermediate objects do not exist yet when a build fails)."""
+    named: set[str] = set()
+    for line in ninja.splitlines():
+        if not line.startswith("build ") or ":" not in line:
+            continue
+        for token in line.split(":", 1)[1].split()[1:]:
+            path = token if os.path.isabs(token) else str(folder / token)
+            if token != "|" and os.path.isfile(path):
+                named.add(path)
+    return named
+
+
+def remember_failed_builds() -> bool:
+    """Wrap torch's extension build so a failed build is replayed, not repeated; False where
+    this torch has no such function (nothing installed)."""
+    try:
+        from torch.utils import cpp_extension
+    except ImportError:
+        return False
+    build = getattr(cpp_extension, "_run_ninja_build", None)
+    if build is None or getattr(build, "_kernelgate_remembers", False):
+        return build is not None
+
+    def run_ninja_build(build_directory: str, *args: Any, **kwargs: Any) -> None:
+        key = build_key(build_directory)
+        record = Path(build_directory) / f"{RECORD_PREFIX}{key}.txt" if key else None
+        if record is not None and record.is_file():
+            raise RuntimeError(record.read_text(errors="replace"))
+        try:
+            build(build_directory, *args, **kwargs)
+        except RuntimeError as exc:
+            message = str(exc)
+            if record is not None and not any(m in message for m in TRANSIENT_MARKERS):
+                try:
+                    record.write_text(message)
+                except OSError:
+                    pass  # nothing remembered: the next worker builds again
+            raise
+
+    run_ninja_build._kernelgate_remembers = True  # type: ignore[attr-defined]
+    cpp_extension._run_ninja_build = run_ninja_build
+    return True
