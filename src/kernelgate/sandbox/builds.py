@@ -20,6 +20,7 @@ only make its own later builds fail, which it could do anyway.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -83,10 +84,8 @@ def remember_failed_builds() -> bool:
         except RuntimeError as exc:
             message = str(exc)
             if record is not None and not any(m in message for m in TRANSIENT_MARKERS):
-                try:
+                with contextlib.suppress(OSError):  # not remembered: the next one builds again
                     record.write_text(message)
-                except OSError:
-                    pass  # nothing remembered: the next worker builds again
             raise
 
     run_ninja_build._kernelgate_remembers = True  # type: ignore[attr-defined]
