@@ -28,7 +28,7 @@ from kernelgate.gates.base import GateContext, GateResult, run_gate
 from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
 from kernelgate.sandbox import confine
-from kernelgate.sandbox.session import WorkerSession
+from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
 from kernelgate.verdict import Outcome, Verdict, combine, environment
 
 DEFAULT_TIMEOUT = 60.0
@@ -143,6 +143,7 @@ def verify(
                     on_gate(gate.id, result)
         finally:
             ctx.close_spare()  # a prefetched worker no gate took
+            settle_retired_workers()  # fresh instances told to exit: gone before the verdict
     outcome, skipped = combine(results)
     narrowed_to = (
         narrowed_domain(contract, results) if outcome is Outcome.NARROWED else None

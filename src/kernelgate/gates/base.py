@@ -710,6 +710,7 @@ class GateContext:
             yield session
         finally:
             self.session.kernels.extend(session.kernels)
+            session.close(wait=False)  # its exit overlaps the next gate (settled by verify)
             session.__exit__(None, None, None)
             if session.isolation is not None:
                 self.isolations.append(session.isolation)
@@ -745,6 +746,7 @@ class GateContext:
         when the gates are done."""
         spare, self._spare = self._spare, None
         if spare is not None:
+            spare.close(wait=False)  # settled with the fresh instances (``verify``)
             spare.__exit__(None, None, None)
 
     def choice_points(

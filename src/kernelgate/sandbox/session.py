@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -238,17 +239,23 @@ class WorkerSession:
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
+        """Ask the worker to exit and close the pipes; kill it after ``exit_grace`` s.
+
+        ``wait=False``: do not wait here for it to go (a CUDA worker takes about half a
+        second to tear its context down, paid by every fresh instance); a thread sees it
+        out, and ``settle_retired_workers`` waits for every such thread.
+        """
         if self._report_fd >= 0:
             _ = self.isolation  # keep what the launcher said about the worker that ends
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             with contextlib.suppress(OSError):
                 wire.send_frame(self._to_worker, {"op": "exit"})
-            try:
-                process.wait(timeout=self.exit_grace)
-            except subprocess.TimeoutExpired:
-                self._kill(process)
+            if wait:
+                _see_out(process, self.exit_grace, self._confined)
+            else:
+                _RETIRING.add(process, self.exit_grace, self._confined)
         for fd in (self._to_worker, self._from_worker):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -450,17 +457,7 @@ class WorkerSession:
         self.close()
 
     def _kill(self, process: subprocess.Popen[bytes]) -> None:
-        if self._confined:
-            # The launcher first (SIGTERM): it kills the worker and, without a PID
-            # namespace, every process the worker's tree left behind. Then the whole group.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=2)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
+        _kill_worker(process, self._confined)
 
     def log_tail(self, limit: int = 2000) -> str:
         if self._log is None:
@@ -472,6 +469,61 @@ class WorkerSession:
 
 
 # -- starting a process under the confinement launcher (the worker, the audit's old check) --
+
+
+def _kill_worker(process: subprocess.Popen[bytes], confined: bool) -> None:
+    if confined:
+        # The launcher first (SIGTERM): it kills the worker and, without a PID
+        # namespace, every process the worker's tree left behind. Then the whole group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=2)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+
+
+def _see_out(process: subprocess.Popen[bytes], grace: float, confined: bool) -> None:
+    """Wait ``grace`` seconds for a worker told to exit, then kill it and its group."""
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        _kill_worker(process, confined)
+
+
+class _Retiring:
+    """Workers told to exit that nobody waits for in line (``close(wait=False)``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def add(self, process: subprocess.Popen[bytes], grace: float, confined: bool) -> None:
+        thread = threading.Thread(
+            target=_see_out, args=(process, grace, confined), name="retire-worker", daemon=True
+        )
+        thread.start()
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+
+    def settle(self) -> None:
+        with self._lock:
+            threads, self._threads = self._threads, []
+        for thread in threads:
+            thread.join()
+
+
+_RETIRING = _Retiring()
+
+
+def settle_retired_workers() -> None:
+    """Return once every worker closed with ``wait=False`` has exited or been killed; a
+    verification calls it before its verdict, so none outlives the evidence."""
+    _RETIRING.settle()
+
+
 def isolation_mode(explicit: str | None = None) -> str:
     """ "auto" (confine with whatever this machine allows) or "off": ``explicit``, else the
     KERNELGATE_ISOLATION environment variable, else "auto"; a wrong value is a clear error."""
