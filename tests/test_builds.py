@@ -38,7 +38,7 @@ def fake_ninja(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_a_failed_build_is_replayed_with_the_same_error(tmp_path, fake_ninja) -> None:
     folder = _build_folder(tmp_path)
-    assert builds.remember_failed_builds()
+    builds.remember_failed_builds()
     with pytest.raises(RuntimeError) as first:
         torch_cpp._run_ninja_build(str(folder), False, "Error building extension 'x'")
     with pytest.raises(RuntimeError) as again:
@@ -83,3 +83,19 @@ def test_the_key_covers_build_file_and_sources(tmp_path) -> None:
     (folder / "main.cpp").write_text("int main() { return 1; }")
     assert builds.build_key(folder) != key
     assert builds.build_key(tmp_path / "missing") is None
+
+
+def test_wrapped_when_imported_later(tmp_path) -> None:
+    """In a fresh interpreter that has not imported torch's extension builder yet, the wrap
+    waits for the candidate's import instead of importing it itself."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from kernelgate.sandbox import builds; builds.remember_failed_builds();"
+        "print(builds.EXTENSION_MODULE in sys.modules);"
+        "from torch.utils import cpp_extension;"
+        "print(getattr(cpp_extension._run_ninja_build, '_kernelgate_remembers', False))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

@@ -61,6 +61,7 @@ class LaunchRecorder:
         self.modules_before: set[str] = set(sys.modules)
         self.notes: list[str] = []
         self.ptxas_cache: dict[str, tuple[dict[str, Any] | None, str]] = {}
+        self.realpaths: dict[str, str] = {}  # see ``extensions``
 
     def _add(self, record: dict[str, Any]) -> None:
         key = json.dumps(record, sort_keys=True, default=str)
@@ -148,20 +149,30 @@ class LaunchRecorder:
         """Shared objects of CUDA C++ extensions the candidate built and loaded."""
         # Only the torch extensions build root counts (where load_inline builds): Triton's own
         # launcher modules and library .so files are not the candidate's kernels.
-        paths: set[str] = set()
         root = _torch_extensions_root()
+        if not root:
+            return []
+        files: set[str] = set()
         for name, module in list(sys.modules.items()):
             file = getattr(module, "__file__", None) or ""
-            if name in self.modules_before or not file.endswith(".so"):
-                continue
-            if root and os.path.realpath(file).startswith(root):
-                paths.add(os.path.realpath(file))
+            if name not in self.modules_before and file.endswith(".so"):
+                files.add(file)
         with contextlib.suppress(OSError):
             for line in Path("/proc/self/maps").read_text().splitlines():
-                path = line.split(maxsplit=5)[-1] if len(line.split()) >= 6 else ""
-                if path.endswith(".so") and root and os.path.realpath(path).startswith(root):
-                    paths.add(os.path.realpath(path))
-        return [{"backend": "cuda-extension", "path": p} for p in sorted(paths)]
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and fields[5].endswith(".so"):
+                    files.add(fields[5])
+        # Resolved once per distinct file: every call asks, and a CUDA process maps a few
+        # hundred library segments (resolving each on every call cost ~45 ms a call).
+        paths = {self._resolved(file) for file in files}
+        return [
+            {"backend": "cuda-extension", "path": p} for p in sorted(paths) if p.startswith(root)
+        ]
+
+    def _resolved(self, file: str) -> str:
+        if file not in self.realpaths:
+            self.realpaths[file] = os.path.realpath(file)
+        return self.realpaths[file]
 
     def drain(self) -> list[dict[str, Any]]:
         out = self.pending
