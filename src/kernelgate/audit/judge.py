@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelgate import bytecode
 from kernelgate.audit import admission, oldcheck
 from kernelgate.audit.interrupt import Interruption
 from kernelgate.audit.memory_guard import HostMemoryGuard
@@ -56,6 +57,7 @@ RECORD_LIMIT_PER_TIMEOUT = 100  # candidate calls one record may make, at most, 
 # in a record's work folder: the gates finished so far, and the old check's result, so that
 # a judge killed mid-record (a device call's deadline) resumes where it was
 JOURNAL_NAME, OLD_CHECK_NAME = "gates.jsonl", "old_check.json"
+CODE_DIGEST_CACHE = "code-digest"  # under ~/.cache/kernelgate: exact sources -> digest
 EVIDENCE_NAME = "verdict.json"  # a record's full evidence, in its work folder
 
 
@@ -106,16 +108,30 @@ def code_digest() -> str:
     can be judged by code that changed in between, and the report says which rows which code
     judged (the device's copy of the tree has no git history to ask). Docstrings and
     comments are left out (``behaviour_of``): until stop 15 any docstring edit discarded
-    device work already journaled. Computed once a process.
+    device work already journaled. Computed once a process, and once a source tree: parsing
+    every module took 1-2 s, paid by each record's judge process; the result is kept under
+    the source files' exact bytes (``CODE_DIGEST_CACHE``).
     """
     import kernelgate
 
     root = Path(kernelgate.__file__).resolve().parent
+    sources = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.py"))}
+    exact = hashlib.sha256()
+    for name, source in sources.items():
+        exact.update(name.encode() + b"\0" + hashlib.sha256(source).digest())
+    cache = bytecode.cache_folder().parent / CODE_DIGEST_CACHE / exact.hexdigest()
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        known = cache.read_text().strip()
+        if re.fullmatch(r"[0-9a-f]{12}", known):
+            return known
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        name = str(path.relative_to(root)).encode()
-        digest.update(name + b"\0" + behaviour_of(path.read_bytes()))
-    return digest.hexdigest()[:12]
+    for name, source in sources.items():
+        digest.update(name.encode() + b"\0" + behaviour_of(source))
+    result = digest.hexdigest()[:12]
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(cache, result)
+    return result
 
 
 def work_folder_name(record_id: str) -> str:
