@@ -113,3 +113,40 @@ def test_the_code_digest_ignores_docstrings_and_comments_but_not_code() -> None:
     only_a_docstring = b'class C:\n    """Doc."""\n'
     assert behaviour_of(only_a_docstring) == behaviour_of(b"class C:\n    pass\n")
     assert len(code_digest()) == 12
+
+
+def test_an_audit_s_gate_selection_enters_the_record_key_and_its_rows(tmp_path: Path) -> None:
+    """A partial audit (``--only``) keys its journals and old-check results by its gates,
+    and a row another selection judged is never recovered as this one's."""
+    from kernelgate.audit.judge import AuditOptions, finished_but_unstored, record_key
+    from kernelgate.formats.corpus import CorpusRecord
+
+    full = AuditOptions(str(tmp_path))
+    partial = AuditOptions(str(tmp_path), only=["EXC-01"])  # as request.json gives it
+    assert partial.only == ("EXC-01",) and partial.gates_selected == ["EXC-01"]
+    assert full.gates_selected is None
+    keys = {
+        record_key(REFERENCE, HONEST, options)
+        for options in (full, partial, AuditOptions(str(tmp_path), only=("CMP-01", "EXC-01")))
+    }
+    assert len(keys) == 3
+    assert record_key(REFERENCE, HONEST, partial) == record_key(
+        REFERENCE, HONEST, AuditOptions(str(tmp_path), only=("EXC-01",))
+    )
+    record = CorpusRecord(id="r", format="pairs", reference_path="a.py", candidate_path="b.py")
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"id": "r", "judged_with": code_digest(), "only": ["EXC-01"]}))
+    assert finished_but_unstored(record, result, partial) is not None
+    assert finished_but_unstored(record, result, full) is None
+
+
+def test_an_audit_s_gate_selection_is_checked_and_put_in_the_pipeline_s_order() -> None:
+    from kernelgate.audit.runner import gate_selection
+    from kernelgate.errors import KernelgateError
+
+    assert gate_selection(None) is None and gate_selection([]) is None
+    assert gate_selection(["RES-01,EXC-01", "CMP-01", "EXC-01"]) == ("CMP-01", "EXC-01", "RES-01")
+    with pytest.raises(KernelgateError, match=r"unknown gate.*--only: CMP-9"):
+        gate_selection(["CMP-01,CMP-9"])
+    with pytest.raises(KernelgateError, match="--only"):
+        gate_selection([","])

@@ -322,6 +322,15 @@ def audit_command(
         int | None, typer.Option("--limit", min=1, help="audit only the first N records")
     ] = None,
     timeout: TimeoutOption = 60.0,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            help="run only these gates on every record (GATE[,GATE]; repeatable): a partial "
+            "audit, which every row and the report name; for the audit's own mechanics, never "
+            f"a full verdict ({', '.join(GATE_IDS)})",
+        ),
+    ] = None,
     host_memory: Annotated[
         float | None,
         typer.Option(
@@ -353,6 +362,7 @@ def audit_command(
         limit=limit,
         timeout=timeout,
         host_memory=host_memory,
+        only=only,
         console=console,
         errors=errors,
     )

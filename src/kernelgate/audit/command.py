@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from kernelgate.audit.interrupt import AuditInterrupted
-from kernelgate.audit.report import integrity_text
-from kernelgate.audit.runner import AuditPlan, run_audit
+from kernelgate.audit.report import integrity_text, partial_audit_text
+from kernelgate.audit.runner import AuditPlan, gate_selection, run_audit
 from kernelgate.progress import work_progress
 
 
@@ -28,8 +29,11 @@ def resume_command(
     limit: int | None,
     timeout: float,
     host_memory: float | None,
+    only: Sequence[str] | None = None,
 ) -> str:
     """The command that continues this audit: its options, with ``--resume``.
+
+    ``--only`` is repeated as one comma-separated word: a resume must run the same gates.
 
     ``--retry-errors``, ``--rejudge`` and ``--rejudge-record`` are left out: the rows they
     forgot are gone from the store already, so a plain resume judges those records, and
@@ -46,6 +50,7 @@ def resume_command(
         ("--limit", limit, None),
         ("--timeout", timeout, 60.0),
         ("--host-memory", host_memory, None),
+        ("--only", ",".join(only) if only else None, None),
     ]
     for option, value, default in optional:
         if value != default:
@@ -87,17 +92,20 @@ def audit_command_body(
     limit: int | None,
     timeout: float,
     host_memory: float | None = None,
+    only: Sequence[str] | None = None,
     console: Console,
     errors: Console,
 ) -> None:
     """Run the audit with a progress bar (rate and ETA) and print where the report is."""
     progress = work_progress(errors, "records", rate=True)
     state: dict[str, Any] = {}
+    selected = gate_selection(only)  # a usage error (exit 2) before anything starts
 
     def on_plan(plan: AuditPlan) -> None:
         errors.print(
             f"auditing {plan.records} record(s) ({plan.format}) with {plan.executor}"
-            + (f"; {plan.already_done} already in the store" if plan.already_done else ""),
+            + (f"; {plan.already_done} already in the store" if plan.already_done else "")
+            + (f"; partial audit, only {', '.join(selected)} (--only)" if selected else ""),
             highlight=False,
         )
         state["task"] = progress.add_task("judging", total=plan.records - plan.already_done)
@@ -129,6 +137,7 @@ def audit_command_body(
                 rejudge_records=tuple(rejudge_records),
                 limit=limit,
                 timeout=timeout,
+                only=selected,
                 host_memory_gib=host_memory,
                 on_plan=on_plan,
                 on_row=on_row,
@@ -146,6 +155,7 @@ def audit_command_body(
             limit=limit,
             timeout=timeout,
             host_memory=host_memory,
+            only=selected,
         )
         errors.print(interrupted_line(stop, out, resume_with), highlight=False, soft_wrap=True)
         raise  # cli.main exits with stop.exit_code, at once (see there)
@@ -156,6 +166,8 @@ def audit_command_body(
     console.print(
         f"{summary['records']} record(s), {outcome.judged_now} judged now", highlight=False
     )
+    if summary.get("only"):
+        console.print(partial_audit_text(summary["only"]), highlight=False, soft_wrap=True)
     console.print(f"contract:  {contract}", highlight=False)
     console.print(f"old check: {old}", highlight=False)
     console.print(

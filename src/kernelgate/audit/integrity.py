@@ -154,5 +154,6 @@ def rejudge_command(out_dir: Path, settings: dict[str, Any], record_ids: list[st
         limit=None,
         timeout=float(settings.get("timeout") or 60.0),
         host_memory=None,
+        only=settings.get("only"),
     )
     return resume + "".join(f" --rejudge-record {shlex.quote(i)}" for i in record_ids)

@@ -69,6 +69,18 @@ class AuditOptions:
     device: str = "cpu"
     timeout: float = 60.0
     seed: int = 0
+    # ``--only``: the gates each record's verification runs (None: all twelve). A partial
+    # audit: every row says which gates it ran (``only``), and so does the report.
+    only: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.only is not None:  # from request.json, a list: kept as a tuple (hashable)
+            object.__setattr__(self, "only", tuple(self.only) or None)
+
+    @property
+    def gates_selected(self) -> list[str] | None:
+        """The ``--only`` selection as rows, keys and replays carry it (None: every gate)."""
+        return list(self.only) if self.only else None
 
     @property
     def record_limit(self) -> float:
@@ -279,7 +291,9 @@ def ingested(row: dict[str, Any], record: CorpusRecord, work: Path) -> dict[str,
     }
 
 
-def finished_but_unstored(record: CorpusRecord, result: Path) -> dict[str, Any] | None:
+def finished_but_unstored(
+    record: CorpusRecord, result: Path, options: AuditOptions | None = None
+) -> dict[str, Any] | None:
     """The row a judge of this code wrote for ``record`` in an earlier run that was killed
     before it stored the row (a deadline's SIGKILL lands between the two now and then).
 
@@ -287,7 +301,8 @@ def finished_but_unstored(record: CorpusRecord, result: Path) -> dict[str, Any] 
     failed for memory (the audit judges such records again, with fewer beside them): a
     stored row's record is not judged again unless the audit forgets the row, and
     forgetting removes the result too (``runner.forget``). The store refuses a resume with
-    other settings, so only the code can differ, and the row says which code judged it.
+    other settings, so only the code can differ, and the row says which code judged it; a
+    row judged with another gate selection (``--only``) is never taken, all the same.
     """
     try:
         row = json.loads(result.read_text())
@@ -297,6 +312,7 @@ def finished_but_unstored(record: CorpusRecord, result: Path) -> dict[str, Any] 
         isinstance(row, dict)
         and row.get("id") == record.id
         and row.get("judged_with") == code_digest()
+        and (options is None or row.get("only") == options.gates_selected)
         and not memory_failure(row)
     ):
         return row
@@ -332,7 +348,7 @@ def judge_isolated(
     work = Path(options.out_dir) / "records" / work_folder_name(record.id)
     work.mkdir(parents=True, exist_ok=True)
     request, result, log_path = work / "request.json", work / "result.json", work / "judge.log"
-    unstored = finished_but_unstored(record, result)
+    unstored = finished_but_unstored(record, result, options)
     if unstored is not None:
         request.unlink(missing_ok=True)
         return ingested(unstored, record, work) | {"recovered_result": True}
@@ -455,6 +471,20 @@ def contract_coverage(contract: dict[str, Any], environment: dict[str, Any]) -> 
     }
 
 
+def record_key(reference: Path, candidate: Path, options: AuditOptions) -> str:
+    """What a record's resume files (the gate journal, the old check's result) were made
+    with: both programs' bytes, the code and every setting a gate's result depends on."""
+    return journal_key(
+        reference,
+        candidate,
+        code=code_digest(),
+        device=options.device,
+        timeout=options.timeout,
+        seed=options.seed,
+        only=options.gates_selected,  # a journal of other gates must not stand in for these
+    )
+
+
 def judge_record(
     record: CorpusRecord, options: AuditOptions, work: Path, scratch: Path
 ) -> dict[str, Any]:
@@ -468,23 +498,18 @@ def judge_record(
     started = time.monotonic()
     row = base_row(record)
     reference, candidate = materialize(record, work)
-    row |= {"reference": str(reference), "candidate": str(candidate)}
-    row["replay"] = shlex.join(
-        ["kernelgate", "verify", str(reference), str(candidate), "--device", options.device]
-    )
+    only = options.gates_selected
+    row |= {"reference": str(reference), "candidate": str(candidate), "only": only}
+    replay = ["kernelgate", "verify", str(reference), str(candidate), "--device", options.device]
+    for gate in only or ():  # a partial audit's verdict replays with the same selection
+        replay += ["--only", gate]
+    row["replay"] = shlex.join(replay)
     try:
         backend = candidate_backend(candidate.read_text())
     except (OSError, UnicodeDecodeError):
         backend = None
     row["backend"] = backend
-    key = journal_key(
-        reference,
-        candidate,
-        code=code_digest(),
-        device=options.device,
-        timeout=options.timeout,
-        seed=options.seed,
-    )
+    key = record_key(reference, candidate, options)
     journal = GateJournal(work / JOURNAL_NAME, key)
     verdict = None
     # Both the old check and the gates run the candidate; whatever either left running is
@@ -516,6 +541,7 @@ def judge_record(
                 device=options.device,
                 timeout=options.timeout,
                 seed=options.seed,
+                only=only,
                 journal=journal,
                 on_gate=_log_gate,
                 trace=_log_step,

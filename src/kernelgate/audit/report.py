@@ -16,6 +16,9 @@ Definitions the figures rest on:
   differential gate (CMP-*, ORD-01, PRC-*) failed, among records that loaded and ran one.
   Safety coverage: per safety gate, the share of loaded records on which it ran (pass or
   fail, not skipped).
+- A *partial* audit (``kernelgate audit --only``) ran only the selected gates on every
+  record: ``only`` in the summary and in each row names them, and the report says so in its
+  first lines, so that its verdicts are never taken for the whole contract's.
 """
 
 from __future__ import annotations
@@ -215,6 +218,9 @@ def summarize(
     return {
         "schema": SUMMARY_SCHEMA,
         "settings": settings,
+        # the gates every record ran (--only); None: all of them, a full audit
+        "only": settings.get("only"),
+        "partial": bool(settings.get("only")),
         "records": len(rows),
         "corpus_records": len(corpus_ids) if corpus_ids is not None else None,
         "without_row": _without_row(rows, corpus_ids),
@@ -272,6 +278,7 @@ def summarize(
                 "old_check_current": r["old_check_current"],
                 "verdict": r["verdict"],
                 "stage": r.get("stage"),
+                "only": r.get("only", settings.get("only")),
                 "failed_gates": r["failed_gates"],
                 "reason": local(r.get("reason")),
                 "seconds": r["seconds"],
@@ -623,6 +630,14 @@ def _other_entries(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def partial_audit_text(only: list[str]) -> str:
+    """What a partial audit's report and command say first: which gates ran."""
+    return (
+        f"PARTIAL AUDIT: only {', '.join(only)} ran on each record (--only); the other gates "
+        "were skipped, so a record verified here is not verified by the whole contract."
+    )
+
+
 def integrity_text(summary: dict[str, Any]) -> tuple[str, list[str]]:
     """The report's evidence-integrity line, and warnings for evidence it cannot vouch for
     (see ``integrity.py``; changed evidence never reaches a report)."""
@@ -658,6 +673,7 @@ def _markdown(summary: dict[str, Any], images: dict[str, bytes]) -> str:
         f"Source: {_source_text(summary['settings'])}, device "
         f"`{summary['settings']['device']}`, {_records_text(summary)}.",
         "",
+        *([f"> **{partial_audit_text(summary['only'])}**", ""] if summary.get("only") else []),
         integrity,
         "",
         *[f"> **{warning}**\n" for warning in warnings],
@@ -702,6 +718,8 @@ def _html(summary: dict[str, Any], images: dict[str, bytes]) -> str:
         f"<p>Source: {e(_source_text(summary['settings']))}, device "
         f"<code>{e(summary['settings']['device'])}</code>, {e(_records_text(summary))}.</p>",
     ]
+    if summary.get("only"):
+        parts.append(f"<p style='color:#b00'><b>{e(partial_audit_text(summary['only']))}</b></p>")
     integrity, warnings = integrity_text(summary)
     parts.append(f"<p>{e(integrity)}</p>")
     parts += [f"<p style='color:#b00'><b>{e(warning)}</b></p>" for warning in warnings]

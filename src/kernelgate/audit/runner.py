@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,21 @@ def source_digest(source: Path) -> str:
 # the last resort of one at a time: the records a full machine defers are its largest, and
 # a few of them fit where the whole pool did not.
 RETRY_POOL_SHARE = 4
+
+
+def gate_selection(only: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``--only``'s gates in the pipeline's order, each once (None: every gate); each entry
+    may itself list gates separated by commas. Unknown gates are a usage error."""
+    if not only:
+        return None
+    named = [gate.strip() for entry in only for gate in str(entry).split(",") if gate.strip()]
+    unknown = sorted(set(named) - set(GATE_IDS))
+    if unknown or not named:
+        raise KernelgateError(
+            f"unknown gate(s) for --only: {', '.join(unknown) or repr(','.join(only))}; "
+            f"known: {', '.join(GATE_IDS)}"
+        )
+    return tuple(gate for gate in GATE_IDS if gate in named)
 
 
 def retry_pool_sizes(workers: int) -> list[int]:
@@ -149,6 +164,7 @@ def run_audit(
     limit: int | None = None,
     timeout: float = 60.0,
     seed: int = 0,
+    only: Sequence[str] | None = None,
     host_memory_gib: float | None = None,
     on_plan: Callable[[AuditPlan], None] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
@@ -157,6 +173,10 @@ def run_audit(
 
     ``host_memory_gib`` is the host's memory where ``MemTotal`` shows only part of it (see
     ``memory_guard``); it changes when judges are stopped for memory, never a verdict.
+
+    ``only`` runs just those gates on every record (``kernelgate audit --only``): a partial
+    audit, which the store's settings, every row and the report say, and which a resume with
+    another selection may not continue.
 
     SIGINT and SIGTERM (in the main thread) stop the audit within seconds and raise
     ``AuditInterrupted``: every stored row stays, the records being judged have none.
@@ -170,6 +190,7 @@ def run_audit(
         unknown = sorted(set(rejudge) - set(GATE_IDS))
         if unknown:
             raise KernelgateError(f"unknown gate(s) for --rejudge: {', '.join(unknown)}")
+        selected = gate_selection(only)
         if (rejudge or retry_errors or rejudge_records) and not resume:
             raise KernelgateError(
                 "--retry-errors, --rejudge and --rejudge-record act on a store: add --resume"
@@ -194,6 +215,8 @@ def run_audit(
             "device": device,
             "timeout": timeout,
             "seed": seed,
+            # the gates every row ran (None: all): a resume with another selection is refused
+            "only": list(selected) if selected else None,
         }
 
         def executor_of(size: int | None) -> Executor:
@@ -228,6 +251,7 @@ def run_audit(
                 device=device,
                 timeout=timeout,
                 seed=seed,
+                only=selected,
                 retry_errors=retry_errors,
                 rejudge=rejudge,
                 rejudge_records=rejudge_records,
@@ -273,6 +297,7 @@ def _judge_and_report(
     device: str,
     timeout: float,
     seed: int,
+    only: tuple[str, ...] | None,
     retry_errors: bool,
     rejudge: tuple[str, ...],
     rejudge_records: tuple[str, ...],
@@ -308,7 +333,9 @@ def _judge_and_report(
         on_plan(
             AuditPlan(len(records), len(records) - len(todo), resolved_format, pool.description)
         )
-    options = AuditOptions(str(out_dir.resolve()), device=device, timeout=timeout, seed=seed)
+    options = AuditOptions(
+        str(out_dir.resolve()), device=device, timeout=timeout, seed=seed, only=only
+    )
     interruption.check()
     if todo:
         store.begin_run({"workers": pool.workers, "executor": pool.description})
