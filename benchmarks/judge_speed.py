@@ -55,7 +55,6 @@ from kernelgate.audit.store import STORE_NAME, ResultStore
 from kernelgate.errors import KernelgateError
 from kernelgate.evidence_io import write_atomic
 from kernelgate.formats.corpus import FORMATS, CorpusRecord, detect_format, read_corpus
-from kernelgate.journal import journal_key
 from kernelgate.progress import work_progress
 
 SCHEMA = "kernelgate.judge-speed/1"
@@ -158,13 +157,6 @@ def record_level(record: CorpusRecord) -> int | None:
         return None
 
 
-def _same(left: Any, right: Any) -> bool:
-    """Whether two JSON-able values are equal once both went through JSON."""
-    return json.dumps(left, sort_keys=True, default=str) == json.dumps(
-        right, sort_keys=True, default=str
-    )
-
-
 def time_record(record: CorpusRecord, options: judge.AuditOptions) -> dict[str, Any]:
     """Time the KernelBench check and the audit's verdict on one record; never raises for
     the record (what went wrong is in the row's ``errors``)."""
@@ -193,19 +185,17 @@ def time_record(record: CorpusRecord, options: judge.AuditOptions) -> dict[str, 
         backend: str | None = candidate_backend(candidate.read_text())
     except (OSError, UnicodeDecodeError):
         backend = None
-    # the key the judge will compute for this record (journal_key over the same files and
-    # settings as judge.judge_record): the saved check is the judge's to reuse
-    key = journal_key(
-        reference,
-        candidate,
-        code=judge.code_digest(),
-        device=options.device,
-        timeout=options.timeout,
-        seed=options.seed,
-    )
+    # the key the judge computes for this record's resume files: the saved check is the
+    # judge's to reuse
+    key = judge.record_key(reference, candidate, options)
     started = time.monotonic()
-    old = judge._old_check(reference, candidate, backend, options, work / judge.OLD_CHECK_NAME, key)
+    saved = work / judge.OLD_CHECK_NAME
+    old = judge._old_check(reference, candidate, backend, options, saved, key)
     check_seconds = time.monotonic() - started
+    # Marked, so that a judge that ran the check again (its key differs from ours) is told
+    # apart from one that took this result: equal results do not say which happened.
+    mark = f"judge-speed:{os.getpid()}:{time.time_ns()}"
+    write_atomic(saved, json.dumps({"key": key, "result": old | {"timed_check": mark}}))
     check_ran = old.get("status") in CHECK_RAN  # not: a CUDA candidate on the CPU
     row |= {
         "backend": backend,
@@ -226,7 +216,7 @@ def time_record(record: CorpusRecord, options: judge.AuditOptions) -> dict[str, 
         "failed_gates": verdict_row.get("failed_gates", []),
         "verify_s": verdict_row.get("verify_seconds"),
         "judge_s": verdict_row.get("seconds"),
-        "check_rerun_in_judge": None if not detail else not _same(detail, old),
+        "check_rerun_in_judge": None if not detail else detail.get("timed_check") != mark,
         # for planning judges a GPU holds (issue 19's memory-aware admission)
         "device_memory_incident": bool(verdict_row.get("device_memory_incident")),
         "peak_memory": verdict_row.get("peak_memory"),
