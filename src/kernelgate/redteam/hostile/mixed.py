@@ -557,14 +557,10 @@ def run_mixed_audit(
     limit: float = AUDIT_LIMIT_S,
     keep: bool = False,
     on_progress: Callable[[int], None] | None = None,
-    gates: list[str] | None = None,
 ) -> MixedAudit:
     """Audit a corpus of ``honest`` honest records and the selected attacks, then check the
     acceptance (``MixedAudit.ok``). ``on_progress`` gets the count of records judged so far;
-    ``keep`` leaves the folder on disk (its path in ``detail``); ``gates`` makes it a
-    partial audit of those gates (``audit --only``; default: every gate), as the hostile
-    suite's ``verify`` runs CMP-01 alone (``runner.GATES``): each attack's candidate returns
-    zeros, which CMP-01 fails at once, and RES-01 always runs."""
+    ``keep`` leaves the folder on disk (its path in ``detail``)."""
     started = time.monotonic()
     corpus = build_corpus(audit_attacks(only), honest, device)
     listeners = Listeners()
@@ -575,8 +571,6 @@ def run_mixed_audit(
         arguments = ["audit", str(corpus.corpus), "--out", str(corpus.out)]
         arguments += ["--format", "cuda-l1", "--device", device, "--timeout", f"{timeout:g}"]
         arguments += ["--workers", str(workers)]
-        if gates:
-            arguments += ["--only", ",".join(gates)]
         log = corpus.root / "audit.log"
         with open(log, "wb") as sink:
             audit = start_held(
