@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -48,6 +49,33 @@ def kernelgate(
         env={**os.environ, "COLUMNS": "200", **(env or {})},
         check=False,
     )
+
+
+AUDIT_TIMEOUT = "2"  # --timeout of the audit tests: the hanging candidate stays cheap
+
+
+@pytest.fixture(scope="session")
+def two_record_audit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One complete audit, every gate, of an honest record and a NaN swallower (a pairs
+    corpus, --timeout 2, two workers), judged once a session (once per xdist worker): the
+    folder holding its ``corpus`` and ``out``. Several tests start from such an audit; they
+    take a copy (``copy_audit``) to change, as an audit folder is carried between machines."""
+    from .audit_corpus import write_pairs
+
+    root = tmp_path_factory.mktemp("two-record-audit")
+    corpus = write_pairs(root / "corpus", ["honest", "nan_swallow"])
+    out = root / "out"
+    args = ["audit", str(corpus), "--out", str(out), "--timeout", AUDIT_TIMEOUT]
+    result = kernelgate(*args, "--workers", "2", timeout=240)
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+def copy_audit(audit: Path, destination: Path) -> tuple[Path, Path]:
+    """A copy of ``two_record_audit``'s corpus and output folder at ``destination`` (which
+    must not exist yet): the corpus and the output folder of the copy."""
+    shutil.copytree(audit, destination, symlinks=True)
+    return destination / "corpus", destination / "out"
 
 
 def gone(pid: int, limit: float = 5.0) -> bool:

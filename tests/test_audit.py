@@ -1,7 +1,13 @@
 """The audit: corpus formats, a complete report, SIGKILL, SIGINT, SIGTERM and --resume, Ray.
 
-The corpus is tiny and plain PyTorch (see ``audit_corpus.py``) so the whole file runs in
-about two minutes on two cores; ``--timeout 2`` keeps the hanging candidate cheap.
+The corpus is tiny and plain PyTorch (see ``audit_corpus.py``); ``--timeout 2`` keeps the
+hanging candidate cheap. Most tests here are about the audit's mechanics (resume, retries,
+executors, the report), which do not depend on which gates run: they audit with ``--only
+EXC-01`` (``ONLY``), a partial audit in which every expected verdict still holds (EXC-01
+rejects the NaN swallower, RES-01 always runs and rejects the crash and the hang), and
+which costs a crashing candidate one worker start instead of one per gate. A complete
+audit, every gate, is ``conftest.two_record_audit``, which tests that start from a
+finished audit copy.
 """
 
 from __future__ import annotations
@@ -31,18 +37,21 @@ from kernelgate.formats.corpus import detect_format, read_corpus
 from kernelgate.gates import GATE_IDS
 
 from .audit_corpus import CANDIDATES, EXPECTED, REFERENCE, write_pairs
-from .conftest import ROOT, gone
+from .conftest import AUDIT_TIMEOUT, ROOT, copy_audit, gone
 from .conftest import kernelgate as run_kernelgate
 
 # An audit's subprocess is given at most 240 s here.
 kernelgate = functools.partial(run_kernelgate, timeout=240)
 
-TIMEOUT = "2"
+TIMEOUT = AUDIT_TIMEOUT
+# The gates of the partial audits here (see the module's docstring); RES-01 always runs.
+ONLY = "EXC-01"
 
 
 def audit_args(corpus: Path, out: Path, *options: str) -> list[str]:
-    """``kernelgate audit`` of ``corpus`` into ``out`` at the tests' timeout, plus ``options``."""
-    return ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, *options]
+    """``kernelgate audit`` of ``corpus`` into ``out`` at the tests' timeout, partial
+    (``--only ONLY``), plus ``options``."""
+    return ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--only", ONLY, *options]
 
 
 def stored_rows(out: Path) -> dict[str, dict[str, Any]]:
@@ -111,9 +120,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def local_audit(corpus: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
     out = corpus.parent / "local"
-    result = kernelgate(
-        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"
-    )
+    result = kernelgate(*audit_args(corpus, out, "--workers", "2"))
     return out, result
 
 
@@ -201,6 +208,20 @@ def test_audit_writes_a_complete_report(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["records"] == len(EXPECTED)
     by_id = {row["id"]: row for row in summary["rows"]}
+    # a partial audit (--only) says so everywhere: summary, each row, report, command
+    assert summary["only"] == [ONLY] and summary["partial"] is True
+    assert summary["settings"]["only"] == [ONLY]
+    assert {tuple(r["only"]) for r in summary["rows"] if r["verdict"] != "unreadable"} == {(ONLY,)}
+    assert "PARTIAL AUDIT: only EXC-01 ran" in result.stdout
+    assert "partial audit, only EXC-01" in " ".join(result.stderr.split())
+    assert by_id["honest"]["replay"].endswith(f"--only {ONLY}")
+    assert summary["gates"]["CMP-01"] == {
+        "kind": "thresholded",
+        "pass": 0,
+        "fail": 0,
+        "skipped": 4,
+        "failure_rate": None,
+    }
     for record_id, (verdict, old_check) in EXPECTED.items():
         assert (by_id[record_id]["verdict"], by_id[record_id]["old_check"]) == (
             verdict,
@@ -245,6 +266,7 @@ def test_audit_writes_a_complete_report(
         assert (out / f"{name}.png").read_bytes().startswith(b"\x89PNG")
     assert html.count("data:image/png;base64,") == len(PLOTS)
     for text in (report_md, html):
+        assert "PARTIAL AUDIT: only EXC-01 ran on each record (--only)" in text
         assert "Disagreement matrix" in text and "Modal defect" in text
         assert "nan_swallow" in text and "--only EXC-01" in text
     # the store holds one row per record, and refuses to be reused without --resume
@@ -328,25 +350,13 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
         data = json.loads(db.execute("SELECT data FROM rows WHERE id = 'honest'").fetchone()[0])
         data["verdict"] = "error"
         db.execute("UPDATE rows SET data = ? WHERE id = 'honest'", (json.dumps(data),))
-    retried = kernelgate(
-        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--resume", "--retry-errors"
-    )
+    retried = kernelgate(*audit_args(corpus, out, "--resume", "--retry-errors"))
     assert retried.returncode == 0, retried.stderr
     rows = json.loads((out / "summary.json").read_text())["rows"]
     assert [row["verdict"] for row in rows if row["id"] == "honest"] == [EXPECTED["honest"][0]]
     assert sorted(row["id"] for row in rows) == sorted(names)
     # --rejudge GATE judges again the records that gate failed (after a change to it)
-    rejudged = kernelgate(
-        "audit",
-        str(corpus),
-        "--out",
-        str(out),
-        "--timeout",
-        TIMEOUT,
-        "--resume",
-        "--rejudge",
-        "EXC-01",
-    )
+    rejudged = kernelgate(*audit_args(corpus, out, "--resume", "--rejudge", "EXC-01"))
     assert rejudged.returncode == 0, rejudged.stderr
     assert "3 already in the store" in " ".join(rejudged.stderr.split())  # nan_swallow forgot
     rows = json.loads((out / "summary.json").read_text())["rows"]
@@ -354,6 +364,15 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     assert "EXC-01" in next(r for r in rows if r["id"] == "nan_swallow")["failed_gates"]
     unknown = kernelgate("audit", str(corpus), "--out", str(out), "--resume", "--rejudge", "X-9")
     assert unknown.returncode == 2 and "unknown gate" in unknown.stderr
+    # a resume that would run other gates (a full audit here) would mix rows of two
+    # selections: refused, naming what differs; an unknown gate for --only is a usage error
+    other_gates = kernelgate(
+        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--resume"
+    )
+    assert other_gates.returncode == 2
+    assert "other settings (only differ)" in " ".join(other_gates.stderr.split())
+    bad_only = kernelgate(*audit_args(corpus, out, "--resume", "--only", "EXC-01,X-9"))
+    assert bad_only.returncode == 2 and "unknown gate(s) for --only: X-9" in bad_only.stderr
     # a resume on other records (the corpus changed) is refused, naming what differs
     (corpus / "honest" / "candidate.py").write_text("# changed\n")
     refused = kernelgate("audit", str(corpus), "--out", str(out), "--resume")
@@ -680,6 +699,28 @@ def test_the_resume_command_repeats_the_audit_but_not_what_it_forgot() -> None:
         "256",
         "--resume",
     ]
+    partial = resume_command(
+        Path("out"),
+        Path("out2"),
+        fmt="auto",
+        problems=None,
+        device="cpu",
+        workers=None,
+        executor="local",
+        ray_address=None,
+        limit=None,
+        timeout=60.0,
+        host_memory=None,
+        only=("CMP-01", "EXC-01"),
+    )
+    assert shlex.split(partial)[-3:] == ["--only", "CMP-01,EXC-01", "--resume"]
+    # and so does the command that judges again records whose evidence changed
+    from kernelgate.audit.integrity import rejudge_command
+
+    settings = {"source": "c", "format": "pairs", "device": "cpu", "timeout": 2, "only": ["EXC-01"]}
+    assert rejudge_command(Path("out"), settings, ["r"]).endswith(
+        "--timeout 2 --only EXC-01 --resume --rejudge-record r"
+    )
 
 
 # -- the Ray executor ----------------------------------------------------------------------------
@@ -690,18 +731,7 @@ def test_ray_executor_matches_local(
 ) -> None:
     pytest.importorskip("ray", reason="ray is not installed (pip install 'kernelgate[ray]')")
     out = corpus.parent / "ray"
-    result = kernelgate(
-        "audit",
-        str(corpus),
-        "--out",
-        str(out),
-        "--timeout",
-        TIMEOUT,
-        "--executor",
-        "ray",
-        "--workers",
-        "2",
-    )
+    result = kernelgate(*audit_args(corpus, out, "--executor", "ray", "--workers", "2"))
     assert result.returncode == 0, result.stderr
     assert "ray (local)" in result.stderr
     local = json.loads((local_audit[0] / "summary.json").read_text())
@@ -725,9 +755,7 @@ def test_a_judge_killed_from_outside_is_judged_again_alone(tmp_path: Path) -> No
     )
     (killer / "candidate.py").write_text(CANDIDATES["honest"])
     out = tmp_path / "out"
-    result = kernelgate(
-        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"
-    )
+    result = kernelgate(*audit_args(corpus, out, "--workers", "2"))
     assert result.returncode == 0, result.stderr
     rows = {row["id"]: row for row in json.loads((out / "summary.json").read_text())["rows"]}
     assert rows["honest"]["verdict"] == EXPECTED["honest"][0]
@@ -751,9 +779,7 @@ def test_a_record_out_of_device_memory_beside_others_is_judged_again_alone(
         "        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2 GiB')\n"
     )
     out = tmp_path / "out"
-    result = kernelgate(
-        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"
-    )
+    result = kernelgate(*audit_args(corpus, out, "--workers", "2"))
     assert result.returncode == 0, result.stderr
     rows = stored_rows(out)
     assert rows["greedy"]["judged_alone"] and rows["greedy"]["device_memory_incident"]
@@ -774,7 +800,7 @@ def test_a_candidate_that_cannot_load_on_a_full_gpu_is_judged_again_alone(
         "raise RuntimeError('CUDA error: out of memory')\n" + CANDIDATES["honest"]
     )
     out = tmp_path / "out"
-    args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
+    args = audit_args(corpus, out, "--workers", "2")
     assert kernelgate(*args).returncode == 0
     with sqlite3.connect(out / STORE_NAME) as db:
         row = json.loads(db.execute("SELECT data FROM rows WHERE id = 'starved'").fetchone()[0])
@@ -795,7 +821,7 @@ def test_a_record_deferred_to_be_judged_alone_stays_deferred_across_a_resume(
     resume judges it alone, not in the pool."""
     corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow"])
     out = tmp_path / "out"
-    args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
+    args = audit_args(corpus, out, "--workers", "2")
     assert kernelgate(*args, "--limit", "1").returncode == 0
     from kernelgate.audit.store import ResultStore
 
@@ -922,7 +948,9 @@ def test_a_judge_killed_mid_record_resumes_at_its_next_gate(tmp_path: Path) -> N
     )
     out = tmp_path / "out"
     # The candidate stands in for a killer from outside, which confinement rightly stops
-    # (tests/test_confine.py, tests/test_hostile.py): this test is about the resume.
+    # (tests/test_confine.py, tests/test_hostile.py): this test is about the resume. It
+    # needs the gates up to the one the judge is killed in and the next one (whose trace
+    # is looked at below), not the rest: a partial audit, whose journal resumes as well.
     result = kernelgate(
         "audit",
         str(corpus.parent),
@@ -932,6 +960,8 @@ def test_a_judge_killed_mid_record_resumes_at_its_next_gate(tmp_path: Path) -> N
         TIMEOUT,
         "--workers",
         "2",
+        "--only",
+        "CMP-01,CMP-02,CMP-03",
         env={"KERNELGATE_ISOLATION": "off"},
     )
     assert result.returncode == 0, result.stderr
@@ -940,6 +970,7 @@ def test_a_judge_killed_mid_record_resumes_at_its_next_gate(tmp_path: Path) -> N
     assert row["verdict"] == "verified" and row["old_check"] == "accepted"
     resumed = row["resumed_gates"]  # the gates finished before the 12th call, in order
     assert 0 < len(resumed) < len(GATE_IDS) and resumed == list(GATE_IDS[: len(resumed)])
+    assert row["only"] == ["CMP-01", "CMP-02", "CMP-03"]
     assert old_checks.read_text() == "x"  # one old check: the retry took its result
     work = next((out / "records").iterdir())
     assert not (work / "gates.jsonl").exists() and not (work / "old_check.json").exists()
@@ -1017,13 +1048,15 @@ def test_an_earlier_run_deferred_record_that_fails_beside_the_pool_is_judged_alo
     assert deferred_count(out) == 0
 
 
-def test_rejudge_record_judges_those_records_again_and_names_unknown_ids(tmp_path: Path) -> None:
+def test_rejudge_record_judges_those_records_again_and_names_unknown_ids(
+    two_record_audit: Path, tmp_path: Path
+) -> None:
     """After a change that concerns some records (the oracle's, say), those are judged again
-    and the rest kept; an id the corpus lacks is a usage error that says what ids look like."""
-    corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow"])
-    out = tmp_path / "out"
+    and the rest kept; an id the corpus lacks is a usage error that says what ids look like.
+    (A copy of a finished complete audit of both records: ``conftest.two_record_audit``.)"""
+    corpus, out = copy_audit(two_record_audit, tmp_path / "audit")
     args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
-    assert kernelgate(*args).returncode == 0
+    assert stored_rows(out).keys() == {"honest", "nan_swallow"}
     wrong = kernelgate(*args, "--resume", "--rejudge-record", "honset")
     assert wrong.returncode == 2 and "no record with id 'honset'" in wrong.stderr
     assert "Traceback" not in wrong.stderr
@@ -1035,14 +1068,15 @@ def test_rejudge_record_judges_those_records_again_and_names_unknown_ids(tmp_pat
     assert stored_rows(out)["nan_swallow"]["verdict"] == EXPECTED["nan_swallow"][0]
 
 
-def test_a_finished_judge_whose_row_was_not_stored_is_not_judged_again(tmp_path: Path) -> None:
+def test_a_finished_judge_whose_row_was_not_stored_is_not_judged_again(
+    two_record_audit: Path, tmp_path: Path
+) -> None:
     """A deadline's SIGKILL can land after a judge wrote its result and before the audit
     stored it: the resume stores that result instead of judging the record again, while a
-    row the audit forgets on purpose (--rejudge-record) is judged afresh."""
-    corpus = write_pairs(tmp_path / "corpus", ["honest", "nan_swallow"])
-    out = tmp_path / "out"
-    args = audit_args(corpus, out, "--workers", "2")
-    assert kernelgate(*args).returncode == 0
+    row the audit forgets on purpose (--rejudge-record) is judged afresh. (A copy of a
+    finished complete audit of both records: ``conftest.two_record_audit``.)"""
+    corpus, out = copy_audit(two_record_audit, tmp_path / "audit")
+    args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
     first = stored_rows(out)["honest"]
     log = next(p for p in (out / "records").iterdir() if p.name.startswith("honest")) / "judge.log"
     judged_at = log.read_text()

@@ -24,10 +24,9 @@ import pytest
 from kernelgate.audit.store import STORE_NAME
 from kernelgate.evidence_io import sha256_file, write_atomic
 
-from .audit_corpus import REFERENCE, _candidate, write_pairs
-from .conftest import kernelgate
+from .audit_corpus import REFERENCE, _candidate
+from .conftest import copy_audit, kernelgate
 
-TIMEOUT = "2"
 FORGED = '{"verdict": "verified"}\n'
 
 
@@ -226,17 +225,10 @@ def _report_files(out: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def audited(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def audited(two_record_audit: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One small audit (an honest record, a NaN swallower) whose folder the tests below
-    tamper with and restore."""
-    root = tmp_path_factory.mktemp("integrity")
-    corpus = write_pairs(root / "corpus", ["honest", "nan_swallow"])
-    out = root / "out"
-    result = kernelgate(
-        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"
-    )
-    assert result.returncode == 0, result.stderr
-    return out
+    tamper with and restore: a copy of the session's ``conftest.two_record_audit``."""
+    return copy_audit(two_record_audit, tmp_path_factory.mktemp("integrity") / "audit")[1]
 
 
 def _rows(out: Path) -> dict[str, dict[str, Any]]:

@@ -96,7 +96,9 @@ def test_an_audit_judges_a_record_the_guard_stopped_again_with_fewer_beside_it(
     monkeypatch.setattr(memory_guard, "_shared", guard)
     names = ["honest", "nan_swallow"]
     corpus = write_pairs(tmp_path / "corpus", names)
-    outcome = runner.run_audit(corpus, tmp_path / "out", workers=2, timeout=5.0)
+    # the guard's mechanics, not the gates: a partial audit (EXC-01 rejects the NaN
+    # swallower; tests/test_audit.py's docstring says why that is enough)
+    outcome = runner.run_audit(corpus, tmp_path / "out", workers=2, timeout=5.0, only=["EXC-01"])
     rows = {row["id"]: row for row in outcome.summary["rows"]}
     assert {name: rows[name]["verdict"] for name in names} == {
         name: EXPECTED[name][0] for name in names
