@@ -45,6 +45,17 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def spawned_worker(
+    candidate: str | Path, *, device: str, timeout: float, scratch: Path | None = None
+) -> WorkerSession:
+    """A worker for ``candidate``, started now and loaded by ``verify``: importing torch
+    (about 2 s) then overlaps whatever the judge does before its first call. Spawned, it holds
+    no device context (CUDA starts with the load), so it takes no device memory yet."""
+    session = WorkerSession(Path(candidate), [], device=device, timeout=timeout, scratch=scratch)
+    session.spawn()
+    return session
+
+
 def verify(
     reference: str | Path,
     candidate: str | Path,
@@ -59,6 +70,7 @@ def verify(
     journal: GateJournal | None = None,
     trace: Callable[[str], None] | None = None,
     scratch: Path | None = None,
+    session: WorkerSession | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -73,7 +85,9 @@ def verify(
     ``trace`` gets a line as each oracle evaluation and candidate call starts and ends
     (``GateContext.step``): where a slow judge spends its time. ``scratch``: the workers'
     writable folder, for a caller that ran the same candidate before in it (the audit's old
-    check): its builds are reused; by default one of the verification's own.
+    check): its builds are reused; by default one of the verification's own. ``session``: a
+    worker the caller spawned ahead for this candidate (``spawned_worker``), so that its
+    start-up overlapped the caller's own work; verify gives it the init inputs and closes it.
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -93,10 +107,15 @@ def verify(
     if isinstance(contract, str | Path):  # a contract file: replays must judge by it too
         replay += ["--contract", str(contract)]
         contract = load_contract(contract)
-    session = WorkerSession(
-        Path(candidate), program.init_inputs(), device=device, timeout=timeout, scratch=scratch
-    )
-    session.spawn()  # the worker starts up while the judge derives the contract
+    if session is None:
+        session = spawned_worker(candidate, device=device, timeout=timeout, scratch=scratch)
+    elif (session.candidate, session.device, session.timeout) != (
+        Path(candidate),
+        device,
+        timeout,
+    ):
+        raise ValueError("the worker spawned ahead was made for another candidate or settings")
+    session.init_inputs = program.init_inputs()  # sent with the load, after the spawn
     try:
         contract = contract or contract_for(program)  # library entry if it matches, else derived
         oracle = Oracle(program, torch.device(device))

@@ -493,7 +493,7 @@ def judge_record(
 
     from kernelgate.errors import CandidateLoadError, KernelgateError, ReferenceError_
     from kernelgate.formats.kernelbench import candidate_backend
-    from kernelgate.pipeline import verify
+    from kernelgate.pipeline import spawned_worker, verify
 
     started = time.monotonic()
     row = base_row(record)
@@ -518,41 +518,58 @@ def judge_record(
     # ``scratch`` is one folder for the candidate's old check and its workers: a CUDA
     # extension or Triton kernel the check built is not built again (the same candidate's
     # own folder; the parent, ``judge_isolated``, makes and removes it).
-    with (
-        device_admission(reference, options, work) as reserved,
-        worker_tree_settled() as settled,
-    ):
-        if reserved:
-            row["admission"] = reserved
-        _log_step("old check ...")
-        old = _old_check(
-            reference, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch
-        )
-        _log_step(f"old check {old['status']}")
-        row |= {
-            "old_check": old["status"],
-            "old_check_current": old.get("status_current", old["status"]),
-            "old_check_detail": old,
-        }
-        try:
-            verdict = verify(
-                reference,
-                candidate,
-                device=options.device,
-                timeout=options.timeout,
-                seed=options.seed,
-                only=only,
-                journal=journal,
-                on_gate=_log_gate,
-                trace=_log_step,
-                scratch=scratch,
+    # The verification's worker is spawned first (``spawned_worker``: no device context, so
+    # nothing to reserve yet): its torch import overlaps the admission's sizing of the
+    # reference and the old check instead of following them (2-4 s of every record).
+    with worker_tree_settled() as spawned_settled:
+        early = None
+        if not (backend == "cuda" and options.device == "cpu"):  # verify refuses those
+            early = spawned_worker(
+                candidate, device=options.device, timeout=options.timeout, scratch=scratch
             )
-        except CandidateLoadError as exc:
-            row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
-        except ReferenceError_ as exc:
-            row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
-        except KernelgateError as exc:
-            row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
+            _log_step("worker spawned")
+        try:
+            with (
+                device_admission(reference, options, work) as reserved,
+                worker_tree_settled() as settled,
+            ):
+                if reserved:
+                    row["admission"] = reserved
+                _log_step("old check ...")
+                old = _old_check(
+                    reference, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch
+                )
+                _log_step(f"old check {old['status']}")
+                row |= {
+                    "old_check": old["status"],
+                    "old_check_current": old.get("status_current", old["status"]),
+                    "old_check_detail": old,
+                }
+                try:
+                    verdict = verify(
+                        reference,
+                        candidate,
+                        device=options.device,
+                        timeout=options.timeout,
+                        seed=options.seed,
+                        only=only,
+                        journal=journal,
+                        on_gate=_log_gate,
+                        trace=_log_step,
+                        scratch=scratch,
+                        session=early,
+                    )
+                except CandidateLoadError as exc:
+                    row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
+                except ReferenceError_ as exc:
+                    row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
+                except KernelgateError as exc:
+                    row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
+        finally:
+            if early is not None:  # verify closed it, unless it stopped before taking it
+                early.__exit__(None, None, None)
+    settled.killed += spawned_settled.killed
+    settled.surviving += spawned_settled.surviving
     if settled.killed:
         _log_step(f"killed {len(settled.killed)} leftover process(es): {'; '.join(settled.killed)}")
         row["leftover_processes"] = settled.killed
