@@ -366,13 +366,19 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     assert unknown.returncode == 2 and "unknown gate" in unknown.stderr
     # a resume that would run other gates (a full audit here) would mix rows of two
     # selections: refused, naming what differs; an unknown gate for --only is a usage error
-    other_gates = kernelgate(
-        "audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--resume"
-    )
-    assert other_gates.returncode == 2
-    assert "other settings (only differ)" in " ".join(other_gates.stderr.split())
-    bad_only = kernelgate(*audit_args(corpus, out, "--resume", "--only", "EXC-01,X-9"))
-    assert bad_only.returncode == 2 and "unknown gate(s) for --only: X-9" in bad_only.stderr
+    # (both refused before any judge starts: the command in this process, no CLI start-up)
+    from typer.testing import CliRunner
+
+    from kernelgate.cli import app
+
+    full = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--resume"]
+    other_gates = CliRunner().invoke(app, full)
+    assert other_gates.exit_code == 2
+    assert "other settings (only differ)" in " ".join(other_gates.output.split())
+    bad_only = CliRunner().invoke(app, audit_args(corpus, out, "--resume", "--only", "EXC-01,X-9"))
+    assert bad_only.exit_code == 2
+    assert "unknown gate(s) for --only: X-9" in " ".join(bad_only.output.split())
+    assert stored_rows(out).keys() == set(names)  # neither touched the store
     # a resume on other records (the corpus changed) is refused, naming what differs
     (corpus / "honest" / "candidate.py").write_text("# changed\n")
     refused = kernelgate("audit", str(corpus), "--out", str(out), "--resume")
