@@ -216,6 +216,12 @@ def time_record(record: CorpusRecord, options: judge.AuditOptions) -> dict[str, 
         "failed_gates": verdict_row.get("failed_gates", []),
         "verify_s": verdict_row.get("verify_seconds"),
         "judge_s": verdict_row.get("seconds"),
+        # where the verdict's time went, gate by gate (skipped gates left out)
+        "gate_seconds": {
+            g["id"]: g.get("seconds")
+            for g in verdict_row.get("gates", [])
+            if g.get("status") != "skipped"
+        },
         "check_rerun_in_judge": None if not detail else detail.get("timed_check") != mark,
         # for planning judges a GPU holds (issue 19's memory-aware admission)
         "device_memory_incident": bool(verdict_row.get("device_memory_incident")),

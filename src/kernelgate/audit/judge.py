@@ -592,6 +592,7 @@ def judge_record(
                     "id": gate.id,
                     "kind": gate.kind.value,
                     "status": gate.status.value,
+                    "seconds": gate.seconds,
                     "reason": gate.reason[:400],
                     "replay": gate.counterexample.replay if gate.counterexample else None,
                 }

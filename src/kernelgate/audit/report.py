@@ -156,8 +156,14 @@ def summarize(
                 gate["id"], {"kind": gate["kind"], "pass": 0, "fail": 0, "skipped": 0}
             )
             stats[{"pass": "pass", "fail": "fail"}.get(gate["status"], "skipped")] += 1
+            if gate.get("seconds") is not None and gate["status"] != "skipped":
+                stats.setdefault("_seconds", []).append(float(gate["seconds"]))
     for stats in gate_stats.values():
         stats["failure_rate"] = _rate(stats["fail"], stats["pass"] + stats["fail"])
+        # where an audit's judging time goes (rows from before gate times were kept: None)
+        spent = stats.pop("_seconds", [])
+        stats["median_s"] = round(statistics.median(spent), 3) if spent else None
+        stats["total_s"] = round(sum(spent), 1) if spent else None
 
     kinds = Counter()
     for row in loaded:
@@ -385,6 +391,10 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -430,8 +440,8 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
             ],
         ),
         (
-            "Per-gate failure rates (records that loaded)",
-            ["gate", "kind", "pass", "fail", "skipped", "failure rate"],
+            "Per-gate failure rates and time (records that loaded)",
+            ["gate", "kind", "pass", "fail", "skipped", "failure rate", "median s", "total s"],
             [
                 [
                     g,
@@ -440,6 +450,8 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
                     str(s["fail"]),
                     str(s["skipped"]),
                     _pct(s["failure_rate"]),
+                    _seconds(s.get("median_s")),
+                    _seconds(s.get("total_s")),
                 ]
                 for g, s in summary["gates"].items()
             ],
