@@ -1,6 +1,9 @@
-"""The code digest is computed once per source tree, not once per judge process."""
+"""A record's judge takes the code digest from its request instead of parsing every module
+of kernelgate again (1-2 s a record), and writes nothing for it anywhere."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -8,25 +11,34 @@ from kernelgate.audit import judge
 
 
 @pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    judge.code_digest.cache_clear()
-    yield tmp_path / "kernelgate" / judge.CODE_DIGEST_CACHE
-    judge.code_digest.cache_clear()
+def restored():
+    yield
+    judge._given_code_digest = None
 
 
-def test_the_digest_is_kept_under_the_exact_sources(fresh_cache) -> None:
-    first = judge.code_digest()
-    kept = list(fresh_cache.iterdir())
-    assert [p.read_text() for p in kept] == [first]
-    judge.code_digest.cache_clear()
-    assert judge.code_digest() == first
+def test_a_given_digest_is_taken_and_a_malformed_one_ignored(restored) -> None:
+    computed = judge.code_digest()
+    judge.take_code_digest("not a digest")
+    assert judge.code_digest() == computed
+    judge.take_code_digest("0123456789ab")
+    assert judge.code_digest() == "0123456789ab"
 
 
-def test_a_garbled_entry_is_computed_again(fresh_cache) -> None:
-    first = judge.code_digest()
-    (entry,) = fresh_cache.iterdir()
-    entry.write_text("not a digest")
-    judge.code_digest.cache_clear()
-    assert judge.code_digest() == first
-    assert entry.read_text() == first
+def test_the_judge_request_carries_the_parents_digest(tmp_path, monkeypatch) -> None:
+    """``judge_isolated`` writes it into request.json, which the judge child reads first."""
+    seen: dict = {}
+
+    class Stop(Exception):
+        pass
+
+    def no_judge(*args, **kwargs):
+        seen.update(
+            json.loads((next((tmp_path / "records").iterdir()) / "request.json").read_text())
+        )
+        raise Stop
+
+    monkeypatch.setattr(judge.subprocess, "Popen", no_judge)
+    record = judge.CorpusRecord(id="r", format="pairs", reference_source="x", candidate_source="y")
+    with pytest.raises(Stop):
+        judge.judge_isolated(record, judge.AuditOptions(out_dir=str(tmp_path)))
+    assert seen["code_digest"] == judge.code_digest()

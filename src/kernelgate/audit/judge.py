@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelgate import bytecode
 from kernelgate.audit import admission, oldcheck
 from kernelgate.audit.interrupt import Interruption
 from kernelgate.audit.memory_guard import HostMemoryGuard
@@ -57,7 +56,6 @@ RECORD_LIMIT_PER_TIMEOUT = 100  # candidate calls one record may make, at most, 
 # in a record's work folder: the gates finished so far, and the old check's result, so that
 # a judge killed mid-record (a device call's deadline) resumes where it was
 JOURNAL_NAME, OLD_CHECK_NAME = "gates.jsonl", "old_check.json"
-CODE_DIGEST_CACHE = "code-digest"  # under ~/.cache/kernelgate: exact sources -> digest
 EVIDENCE_NAME = "verdict.json"  # a record's full evidence, in its work folder
 
 
@@ -112,7 +110,6 @@ def is_docstring(statement: ast.stmt) -> bool:
     )
 
 
-@functools.cache
 def code_digest() -> str:
     """SHA-256 (first 12 hex digits) of what this kernelgate's own source files do.
 
@@ -120,30 +117,33 @@ def code_digest() -> str:
     can be judged by code that changed in between, and the report says which rows which code
     judged (the device's copy of the tree has no git history to ask). Docstrings and
     comments are left out (``behaviour_of``): until stop 15 any docstring edit discarded
-    device work already journaled. Computed once a process, and once a source tree: parsing
-    every module took 1-2 s, paid by each record's judge process; the result is kept under
-    the source files' exact bytes (``CODE_DIGEST_CACHE``).
+    device work already journaled. Computed once a process; a record's judge takes it from
+    its request instead (``judge_isolated``), since parsing every module took 1-2 s a record.
     """
+    return _given_code_digest or _computed_code_digest()
+
+
+_given_code_digest: str | None = None  # the audit parent's, from the judge's request
+
+
+def take_code_digest(given: object) -> None:
+    """Use ``given``, the audit parent's digest of this same source tree, from now on (a
+    malformed one is ignored: the digest is then computed here)."""
+    global _given_code_digest
+    if isinstance(given, str) and re.fullmatch(r"[0-9a-f]{12}", given):
+        _given_code_digest = given
+
+
+@functools.cache
+def _computed_code_digest() -> str:
     import kernelgate
 
     root = Path(kernelgate.__file__).resolve().parent
-    sources = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.py"))}
-    exact = hashlib.sha256()
-    for name, source in sources.items():
-        exact.update(name.encode() + b"\0" + hashlib.sha256(source).digest())
-    cache = bytecode.cache_folder().parent / CODE_DIGEST_CACHE / exact.hexdigest()
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        known = cache.read_text().strip()
-        if re.fullmatch(r"[0-9a-f]{12}", known):
-            return known
     digest = hashlib.sha256()
-    for name, source in sources.items():
-        digest.update(name.encode() + b"\0" + behaviour_of(source))
-    result = digest.hexdigest()[:12]
-    with contextlib.suppress(OSError):
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(cache, result)
-    return result
+    for path in sorted(root.rglob("*.py")):
+        name = str(path.relative_to(root)).encode()
+        digest.update(name + b"\0" + behaviour_of(path.read_bytes()))
+    return digest.hexdigest()[:12]
 
 
 def work_folder_name(record_id: str) -> str:
@@ -367,7 +367,12 @@ def judge_isolated(
             prefix="kernelgate-record-", ignore_cleanup_errors=True
         ) as scratch,
     ):
-        order = {"record": record.to_dict(), "options": asdict(options), "scratch": scratch}
+        order = {
+            "record": record.to_dict(),
+            "options": asdict(options),
+            "scratch": scratch,
+            "code_digest": code_digest(),  # the same tree: the judge need not parse it again
+        }
         write_atomic(request, json.dumps(order))
 
         def start() -> subprocess.Popen[bytes]:
@@ -708,6 +713,7 @@ def _main(request_path: str, result_path: str) -> None:
     die_with_audit_parent()
     become_subreaper()  # a candidate's double-forked process stays in this judge's tree
     request = json.loads(Path(request_path).read_text())
+    take_code_digest(request.get("code_digest"))
     record = CorpusRecord.from_dict(request["record"])
     options = AuditOptions(**request["options"])
     row = judge_record(record, options, Path(result_path).parent, Path(request["scratch"]))
