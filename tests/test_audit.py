@@ -221,6 +221,8 @@ def test_audit_writes_a_complete_report(
         "fail": 0,
         "skipped": 4,
         "failure_rate": None,
+        "median_s": None,  # a gate no record ran took no time
+        "total_s": None,
     }
     for record_id, (verdict, old_check) in EXPECTED.items():
         assert (by_id[record_id]["verdict"], by_id[record_id]["old_check"]) == (
@@ -229,6 +231,7 @@ def test_audit_writes_a_complete_report(
         ), record_id
     # other gates may join as kernelgate grows; these are the ones that must catch each defect
     assert "EXC-01" in by_id["nan_swallow"]["failed_gates"]
+    assert summary["gates"]["EXC-01"]["median_s"] > 0  # where the judging time went
     assert "RES-01" in by_id["crash"]["failed_gates"]
     assert "RES-01" in by_id["hang"]["failed_gates"]
     assert (
