@@ -13,6 +13,13 @@ class ReferenceError_(KernelgateError):
     """The reference program cannot be read or run."""
 
 
+class UnsupportedDtypeError(ReferenceError_):
+    """The reference hands the judge a tensor of a dtype it cannot judge (quantized, bits,
+    sub-byte, complex32: see ``sandbox.wire.DTYPES``); the message names the dtype and where
+    it was found. Only the reference's values reach the judge's encoder: a candidate output
+    of such a dtype fails in the worker and is judged (RES-01)."""
+
+
 class CandidateLoadError(KernelgateError):
     """The candidate file cannot be parsed, lacks ``ModelNew``, or fails to import/construct."""
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-from kernelgate.contract.derive import contract_for
+from kernelgate.contract.derive import contract_for, require_supported_dtypes
 from kernelgate.contract.load import load_contract
 from kernelgate.contract.spec import Contract
 from kernelgate.domain import verified_domain as narrowed_domain
-from kernelgate.errors import KernelgateError
+from kernelgate.errors import KernelgateError, UnsupportedDtypeError
 from kernelgate.formats.kernelbench import (
     candidate_backend,
     check_candidate_source,
@@ -29,6 +29,7 @@ from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
 from kernelgate.sandbox import confine
 from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
+from kernelgate.sandbox.wire import UnsupportedDtype
 from kernelgate.verdict import Outcome, Verdict, combine, environment
 
 DEFAULT_TIMEOUT = 60.0
@@ -117,6 +118,7 @@ def verify(
         raise ValueError("the worker spawned ahead was made for another candidate or settings")
     session.init_inputs = program.init_inputs()  # sent with the load, after the spawn
     try:
+        require_supported_dtypes(session.init_inputs, "get_init_inputs()")
         contract = contract or contract_for(program)  # library entry if it matches, else derived
         oracle = Oracle(program, torch.device(device))
     except BaseException:
@@ -124,45 +126,50 @@ def verify(
         raise
     if sanitize:
         replay.append("--sanitize")
-    results: list[GateResult] = []
-    with session:
-        ctx = GateContext(
-            contract=contract,
-            oracle=oracle,
-            session=session,
-            seed=seed,
-            replay=replay,
-            sanitize=sanitize,
-            trace=trace,
-        )
-        finished: dict[str, GateResult] = {}
-        if journal is not None:
-            finished, ctx.incidents, ctx.halted = journal.load()
-        if FRESH_INSTANCE_GATE not in finished and (not only or FRESH_INSTANCE_GATE in only):
-            # its fresh instances are certain: the first one's worker starts up now, beside
-            # the gates before it, instead of inside that gate's time
-            ctx.prefetch_instance()
-        try:
-            for gate_cls in GATES:
-                gate = gate_cls()
-                ctx.gate_id = gate.id
-                if on_gate is not None:
-                    on_gate(gate.id, None)
-                seen = len(ctx.incidents)
-                if gate.id in finished:
-                    result = finished[gate.id]
-                elif only and gate.id not in only and not gate.always_runs:
-                    result = gate.skipped("not selected (--only)")
-                else:
-                    result = run_gate(gate, ctx)
-                if journal is not None and gate.id not in finished:
-                    journal.record(result, ctx.incidents[seen:], ctx.halted)
-                results.append(result)
-                if on_gate is not None:
-                    on_gate(gate.id, result)
-        finally:
-            ctx.close_spare()  # a prefetched worker no gate took
-            settle_retired_workers()  # fresh instances told to exit: gone before the verdict
+    try:
+        results: list[GateResult] = []
+        with session:
+            ctx = GateContext(
+                contract=contract,
+                oracle=oracle,
+                session=session,
+                seed=seed,
+                replay=replay,
+                sanitize=sanitize,
+                trace=trace,
+            )
+            finished: dict[str, GateResult] = {}
+            if journal is not None:
+                finished, ctx.incidents, ctx.halted = journal.load()
+            if FRESH_INSTANCE_GATE not in finished and (not only or FRESH_INSTANCE_GATE in only):
+                # its fresh instances are certain: the first one's worker starts up now, beside
+                # the gates before it, instead of inside that gate's time
+                ctx.prefetch_instance()
+            try:
+                for gate_cls in GATES:
+                    gate = gate_cls()
+                    ctx.gate_id = gate.id
+                    if on_gate is not None:
+                        on_gate(gate.id, None)
+                    seen = len(ctx.incidents)
+                    if gate.id in finished:
+                        result = finished[gate.id]
+                    elif only and gate.id not in only and not gate.always_runs:
+                        result = gate.skipped("not selected (--only)")
+                    else:
+                        result = run_gate(gate, ctx)
+                    if journal is not None and gate.id not in finished:
+                        journal.record(result, ctx.incidents[seen:], ctx.halted)
+                    results.append(result)
+                    if on_gate is not None:
+                        on_gate(gate.id, result)
+            finally:
+                ctx.close_spare()  # a prefetched worker no gate took
+                settle_retired_workers()  # fresh instances told to exit: gone before the verdict
+    except UnsupportedDtype as exc:
+        # A derived contract checked the reference's inputs and outputs; a contract given
+        # by hand did not, and the first encoding of such a value (a gate's) lands here.
+        raise UnsupportedDtypeError(f"a value of the reference: {exc}") from None
     outcome, skipped = combine(results)
     narrowed_to = (
         narrowed_domain(contract, results) if outcome is Outcome.NARROWED else None

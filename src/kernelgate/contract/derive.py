@@ -37,11 +37,12 @@ from kernelgate.contract.spec import (
     ScalarSpec,
     TensorSpec,
 )
+from kernelgate.errors import UnsupportedDtypeError
 from kernelgate.formats.kernelbench import ReferenceProgram
 from kernelgate.inputs.distributions import structure_of
 from kernelgate.inputs.footprint import Expired, time_limit
 from kernelgate.oracle.fp64 import cast_values, flatten_outputs
-from kernelgate.sandbox.wire import dtype_name
+from kernelgate.sandbox.wire import dtype_name, unsupported_dtypes, unsupported_message
 
 PROBE_VALUES = (1, 2, 3, 4, 5, 7, 11, 13)  # small sizes and primes, beside the reference's
 PROBE_NUMEL_LIMIT = 1 << 24  # a CPU probe's input elements, or the reference's where larger
@@ -409,8 +410,19 @@ def derive_dims(
     return dims, symbol, unprobed
 
 
+def require_supported_dtypes(values: Any, what: str) -> None:
+    """``UnsupportedDtypeError`` if ``values`` (the reference's inputs, init inputs or
+    outputs: ``what``) hold a tensor of a dtype the judge cannot judge: said before anything
+    is derived from them, instead of a crash wherever such a tensor is first encoded."""
+    found = unsupported_dtypes(values)
+    if found:
+        path, dtype = found[0]
+        raise UnsupportedDtypeError(f"the reference's {what}{path}: {unsupported_message(dtype)}")
+
+
 def derive_contract(program: ReferenceProgram) -> Contract:
     inputs = program.inputs(seed=42)
+    require_supported_dtypes(inputs, "get_inputs()")
     model = program.build_model(program.init_inputs())
     prober = Prober(program, _numel(inputs))
     reference = prober.run({}, cpu=False, meta_seconds=META_SECONDS)
@@ -421,6 +433,7 @@ def derive_contract(program: ReferenceProgram) -> Contract:
         outputs = reference.meta_outputs
     else:
         outputs, _ = shape_run(model, inputs, meta_seconds=0)
+    require_supported_dtypes(outputs, "output")
     dims, symbol, unprobed = derive_dims(prober, model, inputs, outputs)
 
     resampled = program.inputs(seed=STRUCTURE_SEED)  # a second draw, for zero structure

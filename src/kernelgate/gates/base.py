@@ -249,15 +249,17 @@ class GateContext:
         label: str,
         seed: int,
         distribution: str = "normal",
-        dtype: torch.dtype | None = None,
+        dtype: torch.dtype | list[torch.dtype | None] | None = None,
     ) -> Case:
-        """Floating inputs drawn from ``distribution`` (in ``dtype``, or each input's own);
-        other inputs as the reference makes them.
+        """Floating inputs drawn from ``distribution`` (in ``dtype``, or each input's own;
+        a list gives one per input, None keeping that input's own); other inputs as the
+        reference makes them.
 
         Value ranges are applied later, once, by ``admit`` (every case passes through it).
         """
+        dtypes = dtype if isinstance(dtype, list) else [dtype] * len(self.template)
         values = [
-            self.draw(distribution, seed + i, tuple(v.shape), dtype or v.dtype)
+            self.draw(distribution, seed + i, tuple(v.shape), dtypes[i] or v.dtype)
             if isinstance(v, torch.Tensor) and v.is_floating_point()
             else (v.clone() if isinstance(v, torch.Tensor) else v)
             for i, v in enumerate(self.template)

@@ -183,6 +183,18 @@ def _signed_magnitudes(
     return sign * magnitude  # sign * 0.0 keeps the sign: -0.0 is drawn too
 
 
+def has_tiny_classes(dtype: torch.dtype) -> bool:
+    """Whether ``dtype`` has a zero or subnormals, the classes this gate feeds.
+
+    float8_e8m0fnu (a power-of-two scale: no sign, no zero, no subnormal; zero converts to
+    its smallest value) has neither, so its inputs keep their drawn values here.
+    """
+    info = torch.finfo(dtype)
+    probes = torch.tensor([0.0, float(info.tiny) * float(info.eps)], dtype=torch.float64)
+    zero, smallest = probes.to(dtype).to(torch.float64).tolist()
+    return zero == 0.0 or 0.0 < smallest < float(info.tiny)
+
+
 class SubnormalGate(Gate):
     id: ClassVar[str] = "EXC-02"
     kind: ClassVar[GateKind] = GateKind.EXACT
@@ -192,7 +204,7 @@ class SubnormalGate(Gate):
         targets = [
             i
             for i, v in enumerate(ctx.template)
-            if isinstance(v, torch.Tensor) and v.is_floating_point()
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and has_tiny_classes(v.dtype)
         ]
         if not targets:
             return self.skipped("no floating-point input to feed subnormals or signed zeros")

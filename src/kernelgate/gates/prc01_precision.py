@@ -34,6 +34,28 @@ def declared_dtypes(ctx: GateContext) -> list[torch.dtype]:
     return [d for d in ordered if d.is_floating_point]
 
 
+def case_dtypes(ctx: GateContext, dtype: torch.dtype) -> list[torch.dtype | None]:
+    """Per input, the dtype its values get in the run at ``dtype``: ``dtype`` where the
+    contract admits it for that input, else (None) the input's own.
+
+    A reference whose floating inputs differ in dtype (an fp8 tensor and its float32 scale)
+    is judged at its own dtypes, not with every input cast to the first one's: an fp8 scale
+    is another function, and often one torch refuses (no promotion between float8 and float).
+    An input the contract says nothing about takes ``dtype``, as every input did before.
+    """
+    specs = ctx.contract.inputs
+    return [
+        None
+        if (
+            i < len(specs)
+            and isinstance(specs[i], TensorSpec)
+            and str(dtype).removeprefix("torch.") not in specs[i].dtypes
+        )
+        else dtype
+        for i in range(len(ctx.template))
+    ]
+
+
 def has_float_state(ctx: GateContext) -> bool:
     model = ctx.oracle.model
     return any(t.is_floating_point() for t in [*model.parameters(), *model.buffers()])
@@ -60,7 +82,7 @@ class PrecisionGate(Gate):
                 not_run[name] = why_not
                 continue
             seed = ctx.case_seed(self.id, index)
-            case = ctx.drawn_case(f"dtype={name}", seed, dtype=dtype)
+            case = ctx.drawn_case(f"dtype={name}", seed, dtype=case_dtypes(ctx, dtype))
             outcome = run_or_refusal(ctx, self.id, case, f"dtype={name}")
             if isinstance(outcome, dict):  # a clean exception: the dtype is refused
                 per_dtype[name] = {"refused": outcome["detail"]}

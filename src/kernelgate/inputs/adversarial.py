@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from kernelgate.inputs.distributions import round_to
+
 PATTERNS = ("cancel-ends", "cancel-pairs", "sorted-descending", "sorted-ascending")
 
 
@@ -50,8 +52,8 @@ def cancellation(
     axis = axis % len(shape) if shape else 0
     n_rows, n = _rows(tuple(shape), axis)
     big = 2.0 ** significand_bits(dtype)
-    rows = (torch.rand((n_rows, n), generator=g, dtype=torch.float64) * 0.75 + 0.25).to(dtype)
-    rows = rows.to(torch.float64)
+    rows = torch.rand((n_rows, n), generator=g, dtype=torch.float64) * 0.75 + 0.25
+    rows = round_to(rows, dtype).to(torch.float64)
     if n >= 2:
         if pattern == "cancel-ends":
             rows[:, 0], rows[:, -1] = big, -big
@@ -70,7 +72,7 @@ def cancellation(
             rows[:, -2], rows[:, -1] = big, -big
         else:
             raise ValueError(f"unknown cancellation pattern {pattern!r}; known: {PATTERNS}")
-    return _to_axis(rows, tuple(shape), axis).to(dtype)
+    return round_to(_to_axis(rows, tuple(shape), axis), dtype)
 
 
 def long_positive(
@@ -79,7 +81,7 @@ def long_positive(
     """One-signed values in [1 - spread/2, 1 + spread/2) with full fraction bits (PRC-02)."""
     g = torch.Generator().manual_seed(seed)
     values = 1.0 + (torch.rand(tuple(shape), generator=g, dtype=torch.float64) - 0.5) * spread
-    return values.to(dtype)
+    return round_to(values, dtype)
 
 
 def ones_like_template(template: torch.Tensor) -> torch.Tensor:

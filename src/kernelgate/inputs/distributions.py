@@ -95,7 +95,26 @@ def draw(
     generator = torch.Generator(device).manual_seed(seed)
     with torch.device(device):
         values = DISTRIBUTIONS[name](generator, tuple(shape), dtype)
-    return values.to(dtype).cpu()
+    return round_to(values, dtype).cpu()
+
+
+def round_to(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Finite float64 ``values`` rounded to ``dtype``, inside its finite range.
+
+    A draw is scaled to stay inside the range, but its tail may still pass a narrow dtype's
+    largest value (float8_e4m3fn's is 448), and what a conversion makes of such a value is
+    not finite or not portable: float8_e4m3fn has no Inf, and the CPU saturates where the
+    GPU gives NaN. Values are clamped to the finite range first, so every drawn value is
+    finite in ``dtype``. A dtype without negative values (float8_e8m0fnu, a power-of-two
+    scale) gets magnitudes, as its conversion would make them, so that no draw collapses
+    onto its smallest value. Non-floating dtypes are converted as they are.
+    """
+    if not dtype.is_floating_point or dtype == torch.float64:
+        return values.to(dtype)
+    info = torch.finfo(dtype)
+    if info.min >= 0:
+        values = values.abs()
+    return values.clamp(float(info.min), float(info.max)).to(dtype)
 
 
 def fold_into_range(values: torch.Tensor, lo: float | None, hi: float | None) -> torch.Tensor:
@@ -131,11 +150,23 @@ def structure_of(samples: list[torch.Tensor]) -> str | None:
         return None
     if any(min(s.shape[-2:]) < 4 or not bool(s.any()) for s in samples):
         return None
-    upper = all(torch.equal(s, s.triu()) for s in samples)
-    lower = all(torch.equal(s, s.tril()) for s in samples)
+    upper = all(torch.equal(s, triangle(s, upper=True)) for s in samples)
+    lower = all(torch.equal(s, triangle(s, upper=False)) for s in samples)
     if upper != lower:  # both: diagonal (or zero), left as it is
         return "upper-triangular" if upper else "lower-triangular"
     return None
+
+
+def triangle(values: torch.Tensor, *, upper: bool) -> torch.Tensor:
+    """``values.triu()`` (``upper``) or ``values.tril()``, for every dtype the judge takes.
+
+    torch has no ``triu`` for the float8 dtypes; their +0.0 is the zero byte (as in every
+    floating dtype), so the triangle of the bytes is the triangle of the values.
+    """
+    if values.is_floating_point() and values.element_size() == 1:
+        raw = values.view(torch.uint8)
+        return (raw.triu() if upper else raw.tril()).view(values.dtype)
+    return values.triu() if upper else values.tril()
 
 
 def impose_structure(values: torch.Tensor, structure: str | None) -> torch.Tensor:
@@ -143,7 +174,7 @@ def impose_structure(values: torch.Tensor, structure: str | None) -> torch.Tenso
     if structure is None or values.dim() < 2:
         return values
     if structure == "upper-triangular":
-        return values.triu()
+        return triangle(values, upper=True)
     if structure == "lower-triangular":
-        return values.tril()
+        return triangle(values, upper=False)
     raise ValueError(f"unknown input structure {structure!r}; known: {', '.join(STRUCTURES)}")

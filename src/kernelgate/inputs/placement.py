@@ -14,14 +14,18 @@ from typing import Any
 import torch
 
 from kernelgate.oracle.compare import bitwise_mismatches
+from kernelgate.sandbox.poison import NAN_POISON, poison_byte
 from kernelgate.sandbox.wire import WireTensor, dtype_name, view_extent
 
 GUARD_BYTES = 16 * 1024
-POISONS = (0xFF, 0x5A)  # all-ones bytes are NaN in every float dtype; 0x5A... is finite
+# NAN_POISON (all-ones bytes) is NaN in every floating dtype but the fnuz float8 ones, which
+# get their NaN byte 0x80 instead (``poison_byte``); 0x5A... is finite in every dtype.
+POISONS = (NAN_POISON, 0x5A)
 
 
 def poison_fill(storage: torch.Tensor, byte: int) -> None:
-    storage.view(torch.uint8).fill_(byte)
+    """Fill ``storage`` with the poison ``byte`` as it reads in the storage's dtype."""
+    storage.view(torch.uint8).fill_(poison_byte(storage.dtype, byte))
 
 
 @dataclass

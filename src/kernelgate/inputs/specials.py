@@ -13,11 +13,33 @@ Two densities, because they answer different questions:
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from enum import StrEnum
 
 import torch
 
 SPECIALS = {"nan": float("nan"), "+inf": float("inf"), "-inf": float("-inf")}
+
+
+@functools.cache
+def special_kinds(dtype: torch.dtype) -> tuple[str, ...]:
+    """The kinds of ``SPECIALS`` that ``dtype`` can hold, in ``SPECIALS``'s order.
+
+    Found by converting each and reading it back: float8_e4m3fn has NaN and no Inf (an Inf
+    written into it becomes its largest finite value or NaN, depending on the device), the
+    fnuz float8 dtypes and float8_e8m0fnu have only NaN, integer and bool dtypes have none.
+    Injecting a kind the dtype lacks would inject some other value under that kind's name.
+    """
+    if not dtype.is_floating_point:
+        return ()
+    wanted = torch.tensor(list(SPECIALS.values()), dtype=torch.float64)
+    held = wanted.to(dtype).to(torch.float64)
+    return tuple(
+        kind
+        for kind, want, got in zip(SPECIALS, wanted.tolist(), held.tolist(), strict=True)
+        if (want != want and got != got) or want == got
+    )
 
 
 class Density(StrEnum):
@@ -33,22 +55,28 @@ def inject(
     values: torch.Tensor, kind: str, seed: int, density: Density = Density.SCATTERED
 ) -> torch.Tensor:
     """A copy of ``values`` with ``kind`` ("nan", "+inf", "-inf"; "mixed" cycles through
-    the three for the scattered densities) injected at seeded positions."""
+    the three for the scattered densities) injected at seeded positions.
+
+    Only kinds the dtype can hold are injected (``special_kinds``): values of a dtype that
+    has none of the kinds asked for come back unchanged, and "mixed" cycles through the
+    kinds the dtype has."""
     out = values.clone(memory_format=torch.contiguous_format)
-    if out.numel() == 0 or not out.is_floating_point():
+    available = special_kinds(out.dtype)
+    kinds = [k for k in (list(SPECIALS) if kind == "mixed" else [kind]) if k in available]
+    if out.numel() == 0 or not kinds:
         return out
     g = torch.Generator().manual_seed(seed)
-    kinds = list(SPECIALS) if kind == "mixed" else [kind]
+    target, special = _writable(out)
     if density is Density.ONE_PER_TENSOR:
         position = int(torch.randint(out.numel(), (1,), generator=g))
-        out.view(-1)[position] = SPECIALS[kinds[0]]
+        target.view(-1)[position] = special(kinds[0])
         return out
     if density is Density.ONE_PER_ROW:
-        rows = out.view(-1, out.shape[-1]) if out.dim() >= 1 else out.view(1, 1)
+        rows = target.view(-1, out.shape[-1]) if out.dim() >= 1 else target.view(1, 1)
         columns = torch.randint(rows.shape[1], (rows.shape[0],), generator=g)
-        rows[torch.arange(rows.shape[0]), columns] = SPECIALS[kinds[0]]
+        rows[torch.arange(rows.shape[0]), columns] = special(kinds[0])
         return out
-    flat = out.view(-1)
+    flat = target.view(-1)
     count = max(1, flat.numel() // 100)
     positions = torch.randperm(flat.numel(), generator=g)[:count]
     # The i-th position gets kinds[i % len(kinds)]: one indexed fill per kind over the
@@ -56,9 +84,26 @@ def inject(
     # of the writes cannot matter; the generator is not touched here, so the whole-row
     # draw below sees the same state as when this was a loop over the positions.
     for j, name in enumerate(kinds):
-        flat[positions[j :: len(kinds)]] = SPECIALS[name]
+        flat[positions[j :: len(kinds)]] = special(name)
     if density is Density.WHOLE_ROW and out.dim() >= 1:
-        rows = out.reshape(-1, out.shape[-1])
+        rows = target.view(-1, out.shape[-1])
         row = int(torch.randint(rows.shape[0], (1,), generator=g))
-        rows[row] = SPECIALS[kinds[0]]
+        rows[row] = special(kinds[0])
     return out
+
+
+def _writable(out: torch.Tensor) -> tuple[torch.Tensor, Callable[[str], float | int]]:
+    """Where to write specials into the contiguous ``out``, and what to write for a kind.
+
+    torch lacks indexed writes for some float8 dtypes (float8_e8m0fnu has no
+    ``index_put``); for one-byte floats the kind's byte is written into ``out``'s bytes
+    instead, the same bits the conversion of the value gives.
+    """
+    if out.element_size() != 1:
+        return out, SPECIALS.__getitem__
+
+    def byte(kind: str) -> int:
+        value = torch.tensor([SPECIALS[kind]], dtype=torch.float64).to(out.dtype)
+        return int(value.view(torch.uint8)[0])
+
+    return out.view(torch.uint8), byte

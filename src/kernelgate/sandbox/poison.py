@@ -26,6 +26,27 @@ _ORIGINAL: dict[str, Callable[..., torch.Tensor]] = {
 }
 _UNSAFE_KWARGS = {"out", "pin_memory", "layout", "names"}
 
+# The "fnuz" float8 dtypes (AMD's) have no negative zero: their only NaN is the byte 0x80,
+# and all-ones (0xFF) is the finite -max. Every other floating dtype torch has reads
+# all-ones as NaN (float8_e4m3fn and float8_e5m2 included; float8_e8m0fnu's only NaN is
+# 0xFF), which is what the NaN poison counts on. Looked up by name: older torch lacks them.
+_NAN_ONLY_AT_0X80 = frozenset(
+    dtype
+    for name in ("float8_e4m3fnuz", "float8_e5m2fnuz")
+    if isinstance(dtype := getattr(torch, name, None), torch.dtype)
+)
+NAN_POISON = 0xFF
+
+
+def poison_byte(dtype: torch.dtype, byte: int) -> int:
+    """The byte that fills storages of ``dtype`` for the poison ``byte``.
+
+    The NaN poison (``NAN_POISON``) must read as NaN in every floating dtype, so that a
+    kernel that reads a guard band or an unwritten allocation shows NaN, not a plausible
+    value; in the fnuz float8 dtypes that byte is 0x80. Any other poison stays as it is.
+    """
+    return 0x80 if byte == NAN_POISON and dtype in _NAN_ONLY_AT_0X80 else byte
+
 
 @dataclass
 class GuardedAllocation:
@@ -70,7 +91,7 @@ class PoisonAllocator:
         def allocate(*args: Any, **kwargs: Any) -> torch.Tensor:
             if _UNSAFE_KWARGS & kwargs.keys():
                 result = original(*args, **kwargs)
-                _fill(result, self._byte)
+                _fill(result, poison_byte(result.dtype, self._byte))
                 return result
             try:
                 device = torch.device(device_of(args, kwargs) or torch.get_default_device())
@@ -89,7 +110,7 @@ class PoisonAllocator:
         shape, stride = tuple(template.shape), tuple(template.stride())
         extent = view_extent(shape, stride)
         base = _ORIGINAL["empty"](2 * guard + extent, dtype=template.dtype, device=device)
-        _fill(base, self._byte)
+        _fill(base, poison_byte(base.dtype, self._byte))
         self.allocations.append(GuardedAllocation(base, guard, extent))
         result = base.as_strided(shape, stride, guard)
         return result.requires_grad_(grad) if grad else result

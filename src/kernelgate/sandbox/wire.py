@@ -27,21 +27,48 @@ MAX_BLOB_BYTES = 64 * 1024**3
 PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged pipe (pipe-max-size)
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
+# Every dtype whose elements are whole bytes with one value each, that the float64 oracle
+# can read (``Tensor.to(torch.float64)`` is exact for all of them but the widest integers,
+# which the oracle keeps as they are) and that PyTorch can copy: the wire carries raw
+# storages, so a dtype that cannot be copied or compared element by element cannot be judged.
+# Names are looked up, not spelled as attributes: the unsigned integers beyond uint8 arrived
+# in torch 2.3 and float8_e8m0fnu in 2.7, and the judge must load on older torch too.
+SUPPORTED_DTYPE_NAMES: tuple[str, ...] = (
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint64",
+    "uint32",
+    "uint16",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
+)
 DTYPES: dict[str, torch.dtype] = {
-    "float64": torch.float64,
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int64": torch.int64,
-    "int32": torch.int32,
-    "int16": torch.int16,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "bool": torch.bool,
-    "complex64": torch.complex64,
-    "complex128": torch.complex128,
+    name: getattr(torch, name)
+    for name in SUPPORTED_DTYPE_NAMES
+    if isinstance(getattr(torch, name, None), torch.dtype)
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+# Why the dtypes torch has beyond ``DTYPES`` are not judged, for the error that names them.
+_UNSUPPORTED_WHY = {
+    "complex32": "complex32 (chalf) is experimental in PyTorch: most ops, float64 included, "
+    "are missing for it",
+    "q": "quantized dtypes carry their scale and zero point outside the storage",
+    "bits": "bits dtypes are untyped bit containers with no arithmetic",
+    "sub-byte": "sub-byte dtypes pack several values into a byte and PyTorch cannot copy them",
+}
 
 
 class WireError(Exception):
@@ -56,11 +83,55 @@ class PeerGone(Exception):
     """The peer closed its end (it exited or crashed)."""
 
 
+class UnsupportedDtype(WireError):
+    """A tensor of a dtype kernelgate cannot judge (see ``DTYPES``); the message says which
+    dtype, why, and what is supported."""
+
+
+def unsupported_reason(dtype: torch.dtype) -> str:
+    """Why ``dtype`` (not in ``DTYPES``) cannot be judged, in a few words."""
+    name = str(dtype).removeprefix("torch.")
+    if name == "complex32":
+        return _UNSUPPORTED_WHY["complex32"]
+    if name.startswith(("qint", "quint")):
+        return _UNSUPPORTED_WHY["q"]
+    if name.startswith("bits"):
+        return _UNSUPPORTED_WHY["bits"]
+    if name.startswith(("int", "uint", "float4")) or name.endswith("_x2"):
+        return _UNSUPPORTED_WHY["sub-byte"]
+    return "this torch is newer than kernelgate's list of dtypes"
+
+
+def unsupported_message(dtype: torch.dtype) -> str:
+    """The one line an ``unsupported dtype`` error carries: what, why, what to do."""
+    return (
+        f"unsupported dtype {dtype}: {unsupported_reason(dtype)}; kernelgate judges tensors "
+        f"of {', '.join(DTYPES)} (give the reference and candidate inputs and outputs of one "
+        "of those, e.g. unpacked or dequantized)"
+    )
+
+
 def dtype_name(dtype: torch.dtype) -> str:
+    """The wire name of ``dtype``; ``UnsupportedDtype`` for one kernelgate cannot judge."""
     try:
         return DTYPE_NAMES[dtype]
     except KeyError:
-        raise WireError(f"dtype {dtype} cannot cross the wire") from None
+        raise UnsupportedDtype(unsupported_message(dtype)) from None
+
+
+def unsupported_dtypes(value: Any) -> list[tuple[str, torch.dtype]]:
+    """Where ``value`` (nested lists, tuples and dicts) holds a tensor of a dtype outside
+    ``DTYPES``: (path such as ``[1][0]``, dtype) pairs, in order."""
+    if isinstance(value, torch.Tensor):
+        return [] if value.dtype in DTYPE_NAMES else [("", value.dtype)]
+    items: Any = ()
+    if isinstance(value, list | tuple):
+        items = enumerate(value)
+    elif isinstance(value, dict):
+        items = value.items()
+    return [
+        (f"[{key!r}]{path}", dtype) for key, v in items for path, dtype in unsupported_dtypes(v)
+    ]
 
 
 def pipe() -> tuple[int, int]:
@@ -181,13 +252,14 @@ def encode_value(
     freed temporary's address is handed out again, which reads as reuse).
     """
     if isinstance(value, torch.Tensor):
+        name = dtype_name(value.dtype)  # first: a quantized tensor's storage is no plain one
         storage = value.untyped_storage()
         if storages is not None:
             storages.append(storage)
         blobs.append(untyped_storage_bytes(storage, value.device))
         return {
             "t": "tensor",
-            "dtype": dtype_name(value.dtype),
+            "dtype": name,
             "shape": list(value.shape),
             "stride": list(value.stride()),
             "offset": value.storage_offset(),
@@ -195,10 +267,11 @@ def encode_value(
             "blob": len(blobs) - 1,
         }
     if isinstance(value, WireTensor):
+        name = dtype_name(value.storage.dtype)
         blobs.append(storage_bytes(value.storage))
         return {
             "t": "tensor",
-            "dtype": dtype_name(value.storage.dtype),
+            "dtype": name,
             "shape": list(value.shape),
             "stride": list(value.stride),
             "offset": value.offset,
@@ -238,7 +311,7 @@ def decode_value(node: Any, blobs: list[bytes]) -> Any:
         return float(text)
     if kind == "dtype":
         if node.get("v") not in DTYPES:
-            raise WireError("unknown dtype")
+            raise WireError(f"unknown dtype {str(node.get('v'))[:40]!r}")
         return DTYPES[node["v"]]
     raise WireError(f"unknown value kind {kind!r}")
 
@@ -252,7 +325,7 @@ def _ints(value: Any, what: str) -> tuple[int, ...]:
 def _decode_tensor(node: dict[str, Any], blobs: list[bytes]) -> WireTensor:
     dtype = DTYPES.get(node.get("dtype"))
     if dtype is None:
-        raise WireError(f"unknown dtype {node.get('dtype')!r}")
+        raise WireError(f"unknown dtype {str(node.get('dtype'))[:40]!r}")
     shape, stride = _ints(node.get("shape"), "shape"), _ints(node.get("stride"), "stride")
     offset, index, address = node.get("offset"), node.get("blob"), node.get("address", 0)
     if len(shape) != len(stride) or any(s < 0 for s in shape):
