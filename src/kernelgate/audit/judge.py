@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelgate.audit import admission, oldcheck
 from kernelgate.audit.interrupt import Interruption
@@ -48,6 +48,9 @@ from kernelgate.audit.settled import worker_tree_settled
 from kernelgate.evidence_io import sha256_file, write_atomic
 from kernelgate.formats.corpus import CorpusRecord
 from kernelgate.journal import DEVICE_MEMORY_SIGNS, GateJournal, journal_key
+
+if TYPE_CHECKING:  # for annotations: the judge child imports the sandbox with the pipeline
+    from kernelgate.sandbox.session import WorkerSession
 
 UNREADABLE, ERROR = "unreadable", "error"
 ACCEPTING_VERDICTS = ("verified", "narrowed")
@@ -498,7 +501,7 @@ def judge_record(
 
     from kernelgate.errors import CandidateLoadError, KernelgateError, ReferenceError_
     from kernelgate.formats.kernelbench import candidate_backend
-    from kernelgate.pipeline import spawned_worker, verify
+    from kernelgate.pipeline import verify
 
     started = time.monotonic()
     row = base_row(record)
@@ -526,53 +529,44 @@ def judge_record(
     # The verification's worker is spawned first (``spawned_worker``: no device context, so
     # nothing to reserve yet): its torch import overlaps the admission's sizing of the
     # reference and the old check instead of following them (2-4 s of every record).
-    with worker_tree_settled() as spawned_settled:
-        early = None
-        if not (backend == "cuda" and options.device == "cpu"):  # verify refuses those
-            early = spawned_worker(
-                candidate, device=options.device, timeout=options.timeout, scratch=scratch
-            )
-            _log_step("worker spawned")
+    with (
+        worker_tree_settled() as spawned_settled,
+        _spawned_ahead(candidate, backend, options, scratch) as early,
+        device_admission(reference, options, work) as reserved,
+        worker_tree_settled() as settled,
+    ):
+        if reserved:
+            row["admission"] = reserved
+        _log_step("old check ...")
+        old = _old_check(
+            reference, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch
+        )
+        _log_step(f"old check {old['status']}")
+        row |= {
+            "old_check": old["status"],
+            "old_check_current": old.get("status_current", old["status"]),
+            "old_check_detail": old,
+        }
         try:
-            with (
-                device_admission(reference, options, work) as reserved,
-                worker_tree_settled() as settled,
-            ):
-                if reserved:
-                    row["admission"] = reserved
-                _log_step("old check ...")
-                old = _old_check(
-                    reference, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch
-                )
-                _log_step(f"old check {old['status']}")
-                row |= {
-                    "old_check": old["status"],
-                    "old_check_current": old.get("status_current", old["status"]),
-                    "old_check_detail": old,
-                }
-                try:
-                    verdict = verify(
-                        reference,
-                        candidate,
-                        device=options.device,
-                        timeout=options.timeout,
-                        seed=options.seed,
-                        only=only,
-                        journal=journal,
-                        on_gate=_log_gate,
-                        trace=_log_step,
-                        scratch=scratch,
-                        session=early,
-                    )
-                except CandidateLoadError as exc:
-                    row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
-                except ReferenceError_ as exc:
-                    row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
-                except KernelgateError as exc:
-                    row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
-        finally:
-            if early is not None:  # verify closed it, unless it stopped before taking it
-                early.__exit__(None, None, None)
+            verdict = verify(
+                reference,
+                candidate,
+                device=options.device,
+                timeout=options.timeout,
+                seed=options.seed,
+                only=only,
+                journal=journal,
+                on_gate=_log_gate,
+                trace=_log_step,
+                scratch=scratch,
+                session=early,
+            )
+        except CandidateLoadError as exc:
+            row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
+        except ReferenceError_ as exc:
+            row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
+        except KernelgateError as exc:
+            row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
     settled.killed += spawned_settled.killed
     settled.surviving += spawned_settled.surviving
     if settled.killed:
@@ -618,6 +612,28 @@ def judge_record(
     row["seconds"] = round(time.monotonic() - started, 2)
     row["peak_memory"] = peak_memory()
     return row
+
+
+@contextlib.contextmanager
+def _spawned_ahead(
+    candidate: Path, backend: str | None, options: AuditOptions, scratch: Path
+) -> Iterator[WorkerSession | None]:
+    """The verification's worker, spawned now (``spawned_worker``); closed on the way out,
+    unless verify, which takes it, closed it already. None where verify will refuse the
+    candidate before it needs one (a CUDA C++ candidate on the CPU)."""
+    from kernelgate.pipeline import spawned_worker
+
+    if backend == "cuda" and options.device == "cpu":
+        yield None
+        return
+    early = spawned_worker(
+        candidate, device=options.device, timeout=options.timeout, scratch=scratch
+    )
+    _log_step("worker spawned")
+    try:
+        yield early
+    finally:
+        early.__exit__(None, None, None)
 
 
 @contextlib.contextmanager

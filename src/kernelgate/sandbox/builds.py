@@ -106,12 +106,12 @@ class _WrappingLoader(importlib.abc.Loader):
         _wrap_build(module)
 
 
-def _wrap_build(cpp_extension: Any) -> bool:
-    """Wrap ``cpp_extension``'s ninja step so a failed build is replayed, not repeated;
-    False where this torch has no such function (nothing wrapped)."""
+def _wrap_build(cpp_extension: Any) -> None:
+    """Wrap ``cpp_extension``'s ninja step so a failed build is replayed, not repeated
+    (nothing to wrap where this torch has no such function, or it is wrapped already)."""
     build = getattr(cpp_extension, "_run_ninja_build", None)
     if build is None or getattr(build, "_kernelgate_remembers", False):
-        return build is not None
+        return
 
     def run_ninja_build(build_directory: str, *args: Any, **kwargs: Any) -> None:
         key = build_key(build_directory)
@@ -129,4 +129,3 @@ def _wrap_build(cpp_extension: Any) -> bool:
 
     run_ninja_build._kernelgate_remembers = True  # type: ignore[attr-defined]
     cpp_extension._run_ninja_build = run_ninja_build
-    return True
