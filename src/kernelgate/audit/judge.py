@@ -693,7 +693,9 @@ def _old_check(
 def _log_step(line: str) -> None:
     """A timestamped line in the record's judge.log (the judge's stderr): where a slow or
     killed judge was, down to the oracle evaluation or candidate call (``verify``'s trace)."""
-    print(f"{time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True)
+    now = time.time()
+    stamp = f"{time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d}"
+    print(f"{stamp} {line}", file=sys.stderr, flush=True)
 
 
 def _log_gate(gate_id: str, result: Any) -> None:
@@ -725,7 +727,20 @@ def peak_memory() -> dict[str, int | None]:
     }
 
 
+def seconds_since_process_start() -> float | None:
+    """How long ago this process started (Linux /proc), for the judge.log's first line:
+    the interpreter's start and imports are part of every record's time."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return round(uptime - int(fields[19]) / ticks, 2)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _main(request_path: str, result_path: str) -> None:
+    _log_step(f"judge up {seconds_since_process_start()} s after its process started")
     die_with_audit_parent()
     become_subreaper()  # a candidate's double-forked process stays in this judge's tree
     request = json.loads(Path(request_path).read_text())
