@@ -263,14 +263,16 @@ class Mappings:
         if ref.nbytes == 0:
             return _empty(0, dtype=torch.uint8, device=self.device)
         cuda = driver()
-        cuda.use_device(device_index(self.device))
+        if self.device.type == "cuda":
+            cuda.use_device(device_index(self.device))
         base, size = self._mapping(cuda, ref.handle)
         try:
             check_inside(ref, size)
             copy = _empty(ref.nbytes, dtype=torch.uint8, device=self.device)
             copy.copy_(device_bytes(base + ref.offset, ref.nbytes, self.device))
             # Before the mapping can go: the copy must have read it.
-            torch.cuda.current_stream(self.device).synchronize()
+            if self.device.type == "cuda":
+                torch.cuda.current_stream(self.device).synchronize()
         finally:
             if self.keep <= 0:
                 self._forget(cuda, ref.handle)

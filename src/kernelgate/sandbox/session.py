@@ -291,6 +291,14 @@ class WorkerSession:
             return
         self.data_path, self.data_path_note = cuda_ipc.IPC, ""
 
+    def data_path_report(self) -> dict[str, str]:
+        """How storages crossed between this session's judge and worker, for the evidence's
+        environment: ``path`` ("cuda-ipc" or "pipe") and, for the pipe, ``why``."""
+        report = {"path": self.data_path}
+        if self.data_path_note:
+            report["why"] = self.data_path_note
+        return report
+
     def _use_pipe(self, why: str) -> None:
         if self.device != "cpu":
             self._ipc_refused = True
