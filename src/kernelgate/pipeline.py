@@ -185,7 +185,8 @@ def verify(
             str(oracle.device),
             isolation=confine.weakest([session.isolation, *ctx.isolations]),
         )
-        | {"judge_python": sys.executable, "candidate_backend": backend},
+        | {"judge_python": sys.executable, "candidate_backend": backend}
+        | {"data_path": session.data_path_report()},
         seed=seed,
         seconds=round(time.monotonic() - started, 2),
         skipped=skipped,

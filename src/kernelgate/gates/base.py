@@ -161,7 +161,9 @@ class Run:
 
     @cached_property
     def outputs(self) -> list[Any]:
-        """Flat list of outputs: logical views (CPU) for tensors, raw values otherwise."""
+        """Flat list of outputs: logical views for tensors (on the device when they came by
+        IPC handle, on the host when as bytes: ``WorkerSession.data_path``), raw values
+        otherwise."""
         return [o.view() if isinstance(o, WireTensor) else o for o in self.raw_outputs]
 
     @cached_property

@@ -90,7 +90,8 @@ class NonFiniteGate(Gate):
                 if not isinstance(want, torch.Tensor) or not got.is_floating_point():
                     continue
                 want_classes = value_classes(want.to(got.dtype))
-                got_classes = value_classes(got)
+                # classified where the output lies, judged beside the oracle's classes
+                got_classes = value_classes(got).to(want_classes.device)
                 agree, bad, asked = ctx.judge_classes(
                     case, functools.partial(_judged, want_classes, got_classes, k=k)
                 )

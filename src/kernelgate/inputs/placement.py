@@ -89,11 +89,15 @@ class PlacedTensor:
 
 def guard_damage(sent: PlacedTensor, returned: WireTensor) -> list[int]:
     """Storage indices (elements) outside the view whose bytes changed during the call."""
-    before, after = sent.storage.view(torch.uint8), returned.storage.view(torch.uint8)
+    # Compared where the returned storage lies (the device, when it came by IPC handle):
+    # only the few changed indices reach the host.
+    device = returned.storage.device
+    before = sent.storage.view(torch.uint8).to(device)
+    after = returned.storage.view(torch.uint8)
     if before.numel() != after.numel():
         return [-1]
     itemsize = sent.storage.element_size()
-    inside = torch.zeros(sent.storage.numel(), dtype=torch.bool)
+    inside = torch.zeros(sent.storage.numel(), dtype=torch.bool, device=device)
     if sent.extent:
         inside.as_strided(sent.shape, sent.stride, sent.offset).fill_(True)
     changed = (before != after).view(-1, itemsize).any(dim=1)

@@ -66,9 +66,10 @@ def value_classes(tensor: torch.Tensor) -> torch.Tensor:
     return classes
 
 
-def element_bytes(tensor: torch.Tensor) -> torch.Tensor:
-    """``[numel, itemsize]`` uint8 view of a tensor's elements in logical order."""
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
+def element_bytes(tensor: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``[numel, itemsize]`` uint8 view of a tensor's elements in logical order, on
+    ``device``."""
+    flat = tensor.detach().to(device).contiguous().reshape(-1)
     return flat.view(torch.uint8).view(flat.numel(), flat.element_size())
 
 
@@ -78,7 +79,10 @@ def bitwise_mismatches(a: torch.Tensor, b: torch.Tensor) -> list[tuple[int, ...]
         return [()]
     if a.numel() == 0:
         return []
-    differs = (element_bytes(a) != element_bytes(b)).any(dim=1)
+    # On the device when either lies there (a candidate's output, come by IPC handle): only
+    # the mismatching positions reach the host.
+    device = b.device if b.device.type != "cpu" else a.device
+    differs = (element_bytes(a, device) != element_bytes(b, device)).any(dim=1)
     return unravel(torch.nonzero(differs).flatten()[:MAX_POSITIONS], a.shape)
 
 

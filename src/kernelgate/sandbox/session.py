@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 import kernelgate
 from kernelgate import bytecode
 from kernelgate.errors import CandidateLoadError
-from kernelgate.sandbox import confine, wire
+from kernelgate.sandbox import confine, cuda_ipc, wire
 from kernelgate.sandbox.clocks import ChoicePoint, parse_choice_points
 
 
@@ -91,6 +93,14 @@ class WorkerSession:
     _confined: bool = field(default=False, repr=False)  # the live worker runs under confine
     wrapper_probe: bool = True  # False: a failed confined load is never checked by the probe
     _loosened: dict[str, str] = field(default_factory=dict, repr=False)  # mechanism: why
+    # How storages cross (sandbox/cuda_ipc.py): "cuda-ipc" (device mode, where a probe of
+    # each fresh worker shows it works both ways) or "pipe" (bytes in frames). Decided at
+    # the first load; once IPC fails it is "pipe" for the rest of the session, and
+    # ``data_path_note`` says why.
+    data_path: str = cuda_ipc.PIPE
+    data_path_note: str = ""
+    _ipc_refused: bool = field(default=False, repr=False)
+    _mappings: cuda_ipc.Mappings | None = field(default=None, repr=False)
 
     # -- life cycle -----------------------------------------------------------------------
     def spawn(self) -> None:
@@ -212,6 +222,13 @@ class WorkerSession:
     def _load(self) -> None:
         if not self.alive or self._loaded:
             self.spawn()
+        try:
+            self._choose_data_path()
+        except ExecutionIncident as incident:
+            self.close()
+            raise CandidateLoadError(
+                f"candidate {self.candidate} could not be loaded: {incident}"
+            ) from None
         blobs: list[bytes] = []
         header = {
             "op": "load",
@@ -235,6 +252,73 @@ class WorkerSession:
             )
         self._loaded = True
 
+    # -- the data path ----------------------------------------------------------------------
+    def _choose_data_path(self) -> None:
+        """Probe CUDA IPC with a fresh worker, before any candidate code runs in it: the
+        judge stages a pattern the worker must read, the worker hands back one the judge
+        must read. Any failure sets the byte path for the rest of the session."""
+        if self.device == "cpu":
+            self._use_pipe("CPU mode: storages cross as bytes")
+            return
+        if cuda_ipc.forced_pipe():
+            self._use_pipe(f"{cuda_ipc.ENV_SWITCH}={cuda_ipc.PIPE}")
+            return
+        if self._ipc_refused:
+            return
+        pattern = 0xA5
+        exports = cuda_ipc.Exports(torch.device(self.device))
+        try:
+            staged = torch.full((4096,), pattern, dtype=torch.uint8, device=self.device)
+            ref = exports.stage(staged.untyped_storage())
+            assert ref is not None
+            header = {"op": "ipc", "device": self.device, "pattern": pattern} | ref.to_node()
+            reply, _ = self._exchange(header, [], self.load_timeout)
+        except (cuda_ipc.IpcError, RuntimeError, AssertionError) as exc:
+            self._use_pipe(f"IPC unavailable in the judge: {exc}")
+            return
+        finally:
+            exports.release()
+        if not reply.get("ok"):
+            self._use_pipe(f"IPC failed in the worker: {str(reply.get('error'))[:300]}")
+            return
+        try:
+            raw = self._ipc_reader()(cuda_ipc.IpcRef.parse(reply, 1 << 20))
+            if raw.numel() != 4096 or not bool((raw == pattern ^ 0xFF).all()):
+                raise ValueError("the worker's pattern arrived changed")
+        except (cuda_ipc.IpcError, ValueError, RuntimeError) as exc:
+            self._close_mappings()
+            self._use_pipe(f"IPC failed in the judge: {exc}")
+            return
+        self.data_path, self.data_path_note = cuda_ipc.IPC, ""
+
+    def data_path_report(self) -> dict[str, str]:
+        """How storages crossed between this session's judge and worker, for the evidence's
+        environment: ``path`` ("cuda-ipc" or "pipe") and, for the pipe, ``why``."""
+        report = {"path": self.data_path}
+        if self.data_path_note:
+            report["why"] = self.data_path_note
+        return report
+
+    def _use_pipe(self, why: str) -> None:
+        if self.device != "cpu":
+            self._ipc_refused = True
+        self.data_path, self.data_path_note = cuda_ipc.PIPE, why
+
+    def _ipc_reader(self) -> wire.ReadRef:
+        if self._mappings is None:
+            self._mappings = cuda_ipc.Mappings(torch.device(self.device))
+        return self._mappings.read
+
+    def _close_mappings(self) -> None:
+        if self._mappings is not None:
+            with contextlib.suppress(cuda_ipc.IpcError, RuntimeError):
+                self._mappings.close()
+
+    @property
+    def _reader(self) -> wire.ReadRef | None:
+        """How replies' IPC references are read: only on the IPC path."""
+        return self._ipc_reader() if self.data_path == cuda_ipc.IPC else None
+
     @property
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
@@ -248,6 +332,7 @@ class WorkerSession:
         """
         if self._report_fd >= 0:
             _ = self.isolation  # keep what the launcher said about the worker that ends
+        self._close_mappings()  # the worker's memory they map goes with it
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             with contextlib.suppress(OSError):
@@ -268,6 +353,7 @@ class WorkerSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+        self._mappings = None
         if self._log is not None:
             self._log.close()
         if self._own_scratch is not None:  # its last worker and that worker's tree are gone
@@ -343,9 +429,11 @@ class WorkerSession:
         if not self.alive:
             self.start()
         blobs: list[bytes] = []
+        staging = cuda_ipc.Exports(torch.device(self.device))
         header = {
             "op": "call",
-            "inputs": wire.encode_value(inputs, blobs),
+            "inputs": wire.encode_value(inputs, blobs, carry=self._staging_carry(staging)),
+            "data_path": self.data_path,
             "poison": poison,
             "guard_bytes": guard_bytes,
             "hold_bytes": hold_bytes,
@@ -357,16 +445,20 @@ class WorkerSession:
         self.calls += 1
         self.calls_since_start += 1
         started = time.monotonic()
-        reply, reply_blobs = self._exchange(header, blobs, self.timeout)
+        try:
+            reply, reply_blobs = self._exchange(header, blobs, self.timeout)
+        finally:
+            staging.release()  # the worker copied its inputs before it ran anything
         seconds = time.monotonic() - started
         if not reply.get("ok"):
             kind = "device-fault" if reply.get("device_fault") else "exception"
             raise ExecutionIncident(kind, str(reply.get("error")), str(reply.get("traceback", "")))
+        read = self._reader
         try:
-            outputs = wire.decode_value(reply["outputs"], reply_blobs)
-            after = [wire.decode_value(n, reply_blobs) for n in reply["inputs_after"]]
+            outputs = wire.decode_value(reply["outputs"], reply_blobs, read)
+            after = [wire.decode_value(n, reply_blobs, read) for n in reply["inputs_after"]]
             allocations = [
-                (wire.decode_value(n, reply_blobs), int(n["guard"]), int(n["extent"]))
+                (wire.decode_value(n, reply_blobs, read), int(n["guard"]), int(n["extent"]))
                 for n in reply["allocations"]
             ]
         except (wire.WireError, KeyError, TypeError, ValueError) as exc:
@@ -399,7 +491,12 @@ class WorkerSession:
         outputs go. Misbehaviour is an ``ExecutionIncident``, as for ``call``."""
         if not self.alive:
             raise ExecutionIncident("protocol", "the worker holding the kept outputs is gone")
-        header = {"op": "kept", "names": list(names), "release": release}
+        header = {
+            "op": "kept",
+            "names": list(names),
+            "release": release,
+            "data_path": self.data_path,
+        }
         reply, reply_blobs = self._exchange(header, [], self.timeout)
         if not reply.get("ok"):
             kind = "device-fault" if reply.get("device_fault") else "exception"
@@ -408,7 +505,8 @@ class WorkerSession:
             kept = reply["kept"]
             if not isinstance(kept, dict) or sorted(kept) != sorted(names):
                 raise wire.WireError(f"asked for kept outputs {names}, got {list(kept)}")
-            return {name: wire.decode_value(kept[name], reply_blobs) for name in names}
+            read = self._reader
+            return {name: wire.decode_value(kept[name], reply_blobs, read) for name in names}
         except (wire.WireError, KeyError, TypeError, ValueError) as exc:
             self._kill_current()
             raise ExecutionIncident("protocol", f"malformed reply from worker: {exc}") from None
@@ -418,6 +516,21 @@ class WorkerSession:
         it); an ``ExecutionIncident`` if the worker misbehaves."""
         if self.alive:
             self.kept_outputs([], release=True)
+
+    def _staging_carry(self, staging: cuda_ipc.Exports) -> wire.Carry | None:
+        """On the IPC path, each input storage goes by handle to a copy made for this call
+        only (never the judge's own tensor); one that cannot be staged goes as bytes."""
+        if self.data_path != cuda_ipc.IPC:
+            return None
+
+        def carry(storage: Any) -> dict[str, Any] | None:
+            try:
+                ref = staging.stage(storage)
+            except (cuda_ipc.IpcError, RuntimeError):
+                return None
+            return None if ref is None else ref.to_node()
+
+        return carry
 
     def _exchange(
         self, header: dict[str, Any], blobs: list[bytes], timeout: float

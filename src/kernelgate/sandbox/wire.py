@@ -5,7 +5,10 @@ the header lists. JSON and raw bytes are the only things the judge parses from t
 no pickle, so a hostile worker can send wrong bytes but never run code in the judge.
 
 Tensors travel as their whole storage (guard bands included) plus shape, stride and offset;
-the receiver rebuilds the view after checking that it lies inside the storage.
+the receiver rebuilds the view after checking that it lies inside the storage. In device mode
+a storage's bytes may instead stay on the device: the node then names a CUDA IPC handle, an
+offset and a size (sandbox/cuda_ipc.py) where a blob index would be, and the receiver copies
+them out of the mapped allocation after checking that they lie inside it.
 """
 
 from __future__ import annotations
@@ -17,10 +20,18 @@ import os
 import select
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from kernelgate.sandbox.cuda_ipc import IpcError, IpcRef
+
+# How a storage's bytes may leave without a blob: node fields (``IpcRef.to_node``), or None
+# for "send them as a blob". How a receiver turns such a reference into bytes it owns.
+Carry = Callable[[torch.UntypedStorage], dict[str, Any] | None]
+ReadRef = Callable[[IpcRef], torch.Tensor]
 
 MAX_HEADER_BYTES = 64 * 1024 * 1024
 MAX_BLOB_BYTES = 64 * 1024**3
@@ -200,9 +211,14 @@ def _read_exact(fd: int, size: int, deadline: float | None) -> bytearray:
 
 @dataclass
 class WireTensor:
-    """A tensor as it crossed the wire: its whole storage (CPU) and the view into it."""
+    """A tensor as it crossed the wire: its whole storage and the view into it.
 
-    storage: torch.Tensor  # 1-D, of the tensor's dtype, CPU
+    The storage is the receiver's own copy: on the host when it came as bytes, on the
+    device when it came by IPC handle (then nothing of the sender's memory stays mapped
+    behind it: what the sender writes later changes nothing here).
+    """
+
+    storage: torch.Tensor  # 1-D, of the tensor's dtype, CPU or the receiver's CUDA copy
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     offset: int
@@ -242,43 +258,47 @@ def untyped_storage_bytes(storage: torch.UntypedStorage, device: torch.device) -
 
 
 def encode_value(
-    value: Any, blobs: list[Any], storages: list[torch.UntypedStorage] | None = None
+    value: Any,
+    blobs: list[Any],
+    storages: list[torch.UntypedStorage] | None = None,
+    carry: Carry | None = None,
 ) -> dict[str, Any]:
     """Encode a (nested) value: tensors as storages, containers recursively, scalars as JSON.
 
     Each tensor's storage is asked for once: a tensor subclass may materialise a fresh one
     on every request, and its bytes and address must then be those of the same storage.
     ``storages`` collects the storages encoded, for a caller that must keep them alive (a
-    freed temporary's address is handed out again, which reads as reuse).
+    freed temporary's address is handed out again, which reads as reuse). ``carry``: a
+    storage it takes (an IPC handle's node fields) needs no blob; one it declines (None)
+    goes as bytes.
     """
     if isinstance(value, torch.Tensor):
         name = dtype_name(value.dtype)  # first: a quantized tensor's storage is no plain one
         storage = value.untyped_storage()
         if storages is not None:
             storages.append(storage)
-        blobs.append(untyped_storage_bytes(storage, value.device))
-        return {
+        node = {
             "t": "tensor",
             "dtype": name,
             "shape": list(value.shape),
             "stride": list(value.stride()),
             "offset": value.storage_offset(),
             "address": storage.data_ptr(),
-            "blob": len(blobs) - 1,
         }
+        return node | _storage_node(storage, value.device, blobs, carry)
     if isinstance(value, WireTensor):
         name = dtype_name(value.storage.dtype)
-        blobs.append(storage_bytes(value.storage))
-        return {
+        node = {
             "t": "tensor",
             "dtype": name,
             "shape": list(value.shape),
             "stride": list(value.stride),
             "offset": value.offset,
-            "blob": len(blobs) - 1,
         }
+        storage = value.storage.untyped_storage()
+        return node | _storage_node(storage, value.storage.device, blobs, carry)
     if isinstance(value, list | tuple):
-        items = [encode_value(v, blobs, storages) for v in value]
+        items = [encode_value(v, blobs, storages, carry) for v in value]
         return {"t": type(value).__name__, "items": items}
     if value is None or isinstance(value, bool | int | float | str):
         if isinstance(value, float) and (value != value or abs(value) == float("inf")):
@@ -289,15 +309,30 @@ def encode_value(
     raise WireError(f"cannot send a value of type {type(value).__name__}")
 
 
-def decode_value(node: Any, blobs: list[bytes]) -> Any:
-    """Inverse of ``encode_value``; validates everything, since the sender may be hostile."""
+def _storage_node(
+    storage: torch.UntypedStorage, device: torch.device, blobs: list[Any], carry: Carry | None
+) -> dict[str, Any]:
+    """The node fields that carry ``storage``'s bytes: ``carry``'s, else a blob's index."""
+    carried = carry(storage) if carry is not None else None
+    if carried is not None:
+        return carried
+    blobs.append(untyped_storage_bytes(storage, device))
+    return {"blob": len(blobs) - 1}
+
+
+def decode_value(node: Any, blobs: list[bytes], read: ReadRef | None = None) -> Any:
+    """Inverse of ``encode_value``; validates everything, since the sender may be hostile.
+
+    ``read`` copies the bytes an IPC reference names (``cuda_ipc.Mappings.read``); without
+    it a tensor sent by handle is malformed.
+    """
     if not isinstance(node, dict) or "t" not in node:
         raise WireError("malformed value node")
     kind = node["t"]
     if kind == "tensor":
-        return _decode_tensor(node, blobs)
+        return _decode_tensor(node, blobs, read)
     if kind in ("list", "tuple"):
-        items = [decode_value(item, blobs) for item in node.get("items", [])]
+        items = [decode_value(item, blobs, read) for item in node.get("items", [])]
         return items if kind == "list" else tuple(items)
     if kind == "value":
         value = node.get("v")
@@ -322,20 +357,40 @@ def _ints(value: Any, what: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _decode_tensor(node: dict[str, Any], blobs: list[bytes]) -> WireTensor:
+def _decode_tensor(
+    node: dict[str, Any], blobs: list[bytes], read: ReadRef | None = None
+) -> WireTensor:
     dtype = DTYPES.get(node.get("dtype"))
     if dtype is None:
         raise WireError(f"unknown dtype {str(node.get('dtype'))[:40]!r}")
     shape, stride = _ints(node.get("shape"), "shape"), _ints(node.get("stride"), "stride")
-    offset, index, address = node.get("offset"), node.get("blob"), node.get("address", 0)
+    offset, address = node.get("offset"), node.get("address", 0)
     if len(shape) != len(stride) or any(s < 0 for s in shape):
         raise WireError("shape and stride disagree")
-    if type(offset) is not int or offset < 0 or type(index) is not int or type(address) is not int:
+    if type(offset) is not int or offset < 0 or type(address) is not int:
+        raise WireError("malformed tensor header")
+    if any(s < 0 for s in stride):
+        raise WireError("negative strides are not supported")
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if "ipc" in node:
+        storage, nbytes = _ipc_storage(node, dtype, itemsize, read)
+    else:
+        storage, nbytes = _blob_storage(node, blobs, dtype, itemsize)
+    tensor = WireTensor(storage, shape, stride, offset, address, nbytes)
+    if tensor.extent and offset + tensor.extent > storage.numel():
+        raise WireError("view reaches past the end of its storage")
+    return tensor
+
+
+def _blob_storage(
+    node: dict[str, Any], blobs: list[bytes], dtype: torch.dtype, itemsize: int
+) -> tuple[torch.Tensor, int]:
+    index = node.get("blob")
+    if type(index) is not int:
         raise WireError("malformed tensor header")
     if not 0 <= index < len(blobs):
         raise WireError("tensor names a missing blob")
     blob = blobs[index]
-    itemsize = torch.empty(0, dtype=dtype).element_size()
     if len(blob) % itemsize:
         raise WireError("storage size is not a whole number of elements")
     # The storage is the received buffer itself. Two tensors naming one blob share it, which
@@ -347,9 +402,26 @@ def _decode_tensor(node: dict[str, Any], blobs: list[bytes]) -> WireTensor:
         if buffer
         else torch.empty(0, dtype=dtype)
     )
-    tensor = WireTensor(storage, shape, stride, offset, address, len(blob))
-    if any(s < 0 for s in stride):
-        raise WireError("negative strides are not supported")
-    if tensor.extent and offset + tensor.extent > storage.numel():
-        raise WireError("view reaches past the end of its storage")
-    return tensor
+    return storage, len(blob)
+
+
+def _ipc_storage(
+    node: dict[str, Any], dtype: torch.dtype, itemsize: int, read: ReadRef | None
+) -> tuple[torch.Tensor, int]:
+    """The receiver's own copy of the bytes an IPC reference names, checked all the way:
+    the reference's fields here, its range against the opened allocation in ``read``."""
+    if read is None:
+        raise WireError("a tensor sent by IPC handle where only bytes were asked for")
+    try:
+        ref = IpcRef.parse(node, MAX_BLOB_BYTES)
+    except ValueError as exc:
+        raise WireError(f"malformed IPC tensor: {exc}") from None
+    if ref.nbytes % itemsize:
+        raise WireError("storage size is not a whole number of elements")
+    try:
+        raw = read(ref)
+    except (IpcError, ValueError) as exc:
+        raise WireError(f"IPC tensor cannot be read: {exc}") from None
+    if raw.numel() != ref.nbytes:
+        raise WireError("IPC copy has the wrong size")
+    return raw.view(dtype), ref.nbytes

@@ -22,7 +22,7 @@ os.dup2(2, 1)
 import torch  # noqa: E402
 
 from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E402
-from kernelgate.sandbox import wire  # noqa: E402
+from kernelgate.sandbox import cuda_ipc, wire  # noqa: E402
 from kernelgate.sandbox.builds import remember_failed_builds  # noqa: E402
 from kernelgate.sandbox.clocks import ClockMode, Clocks  # noqa: E402
 from kernelgate.sandbox.poison import PoisonAllocator, flood_device_cache  # noqa: E402
@@ -35,6 +35,7 @@ _synchronize = torch.cuda.synchronize
 _storage_bytes = wire.storage_bytes
 _encode_value = wire.encode_value
 _send, _recv = wire.send_frame, wire.recv_frame
+_Exports, _Mappings, _IpcRef = cuda_ipc.Exports, cuda_ipc.Mappings, cuda_ipc.IpcRef
 
 CANDIDATE_MODULE = "kernelgate_candidate"
 FLOOD_BYTES = 256 * 1024 * 1024
@@ -60,6 +61,8 @@ class Worker:
         # never hand their memory to a later call (``call`` with ``keep_as``; ``kept``)
         self.kept: dict[str, KeptOutputs] = {}
         self.clocks: Clocks | None = None  # installed at load when the judge asks (clocks.py)
+        # Storages handed to the judge by IPC handle, alive until its next request (cuda_ipc)
+        self.exports = _Exports(self.device)
 
     def serve(self) -> None:
         while True:
@@ -67,6 +70,7 @@ class Worker:
                 header, blobs = _recv(self.fd_in)
             except wire.PeerGone:
                 return
+            self.exports.release()  # the judge has copied what the last answer named
             op = header.get("op")
             if op == "exit":
                 _send(self.fd_out, {"ok": True})
@@ -78,6 +82,7 @@ class Worker:
                 "resources": self.resources,
                 "kept": self.kept_outputs,
                 "choices": self.choices,
+                "ipc": self.ipc_probe,
             }.get(op)
             if handler is None:
                 _send(self.fd_out, {"ok": False, "error": f"unknown op {op!r}"})
@@ -103,6 +108,39 @@ class Worker:
         )
         if device_fault:  # a sticky device error poisons every later call: start afresh
             os._exit(3)
+
+    def ipc_probe(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        """Whether CUDA IPC works both ways here (before any candidate code is loaded):
+        read the judge's staged pattern, then hand back a pattern of our own by handle."""
+        try:
+            self.device = torch.device(header["device"])
+            pattern = int(header["pattern"]) & 0xFF
+            got = _Mappings(self.device, keep=0).read(_IpcRef.parse(header, 1 << 20))
+            if got.numel() == 0 or not bool((got == pattern).all()):
+                raise ValueError("the judge's pattern arrived changed")
+            self.exports = _Exports(self.device)
+            mine = torch.full((got.numel(),), pattern ^ 0xFF, dtype=torch.uint8, device=self.device)
+            _synchronize(self.device)
+            ref = self.exports.export(mine.untyped_storage(), snapshot=False)
+            if ref is None:
+                raise RuntimeError("a torch allocation could not be exported")
+        except BaseException as exc:
+            _send(self.fd_out, {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+            return
+        _send(self.fd_out, {"ok": True} | ref.to_node())
+
+    def _carry(self, header: dict[str, Any], *, snapshot: bool) -> wire.Carry | None:
+        """How this answer's storages travel: by IPC handle where the judge asked for it
+        (``data_path``), as bytes otherwise or where a storage cannot be exported."""
+        if header.get("data_path") != cuda_ipc.IPC or self.device.type != "cuda":
+            return None
+        exports = self.exports
+
+        def carry(storage: torch.UntypedStorage) -> dict[str, Any] | None:
+            ref = exports.export(storage, snapshot=snapshot)
+            return None if ref is None else ref.to_node()
+
+        return carry
 
     def load(self, header: dict[str, Any], blobs: list[bytes]) -> None:
         try:
@@ -214,7 +252,10 @@ class Worker:
         try:
             hold = int(header.get("hold_bytes", 0))
             self.held = torch.empty(hold, dtype=torch.uint8, device=self.device) if hold else None
-            sent = wire.decode_value(header["inputs"], blobs)
+            # By IPC handle: copied into our own memory and unmapped here (keep=0), so the
+            # candidate never holds a mapping of the judge's memory.
+            read = _Mappings(self.device, keep=0).read if self.device.type == "cuda" else None
+            sent = wire.decode_value(header["inputs"], blobs, read)
             storages: list[torch.Tensor] = []
             inputs = [_materialize(v, self.device, storages) for v in sent]
             if header.get("reuse_inputs"):
@@ -228,9 +269,12 @@ class Worker:
                     outputs = self.model(*inputs)
                 # What the caller's next kernel would see: the outputs read in stream order,
                 # before the device is synchronised (see streams.py).
+                # By IPC handle, a snapshot taken in stream order stands in for the copy
+                # to the host (the judge reads it after the device is synchronised).
                 read: list[torch.UntypedStorage] = []
+                snapshots = self._carry(header, snapshot=True)
                 encoded = self.side_streams.read_in_call_order(
-                    lambda: _encode_value(outputs, out_blobs, read)
+                    lambda: _encode_value(outputs, out_blobs, read, snapshots)
                 )
             if self.device.type == "cuda":
                 _synchronize(self.device)
@@ -241,11 +285,13 @@ class Worker:
         try:
             reply["kernels"] = self.recorder.drain()
             side_effects = bool(header.get("side_effects", True))
+            carry = self._carry(header, snapshot=False)  # read after the synchronise
             reply["inputs_after"] = (
-                [_encode_value(s, out_blobs) for s in storages] if side_effects else []
+                [_encode_value(s, out_blobs, None, carry) for s in storages] if side_effects else []
             )
             reply["allocations"] = [
-                _encode_value(a.base, out_blobs) | {"guard": a.guard, "extent": a.extent}
+                _encode_value(a.base, out_blobs, None, carry)
+                | {"guard": a.guard, "extent": a.extent}
                 for a in (self.allocator.allocations if side_effects else [])
             ]
         except BaseException as exc:
@@ -275,7 +321,10 @@ class Worker:
                 raise KeyError(f"no outputs kept as {missing}")
             if self.device.type == "cuda":
                 _synchronize(self.device)
-            encoded = {name: _encode_value(self.kept[name].value, out_blobs) for name in names}
+            carry = self._carry(header, snapshot=False)
+            encoded = {
+                name: _encode_value(self.kept[name].value, out_blobs, None, carry) for name in names
+            }
         except BaseException as exc:
             if header.get("release"):
                 self.kept = {}
