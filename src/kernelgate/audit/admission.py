@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelgate.audit.processes import JudgeProcess
+
 GIB = 1 << 30
 BYTES_PER_ELEMENT = 2 * 8 + 3 * 4 + 3 * 4  # oracle (float64), judge side, worker side
 # Held whatever the sizes: two CUDA contexts (judge, worker; about 0.5 GiB each) and what the
@@ -183,7 +185,7 @@ class Ledger:
             self.release(pid)
 
 
-def wait_for_judge(process: subprocess.Popen[bytes], limit: float, marker: Path) -> int:
+def wait_for_judge(process: JudgeProcess, limit: float, marker: Path) -> int:
     """``process.wait`` with ``limit`` seconds of judging: time during which ``marker``
     exists (the judge waiting for admission) is not counted. Raises TimeoutExpired."""
     deadline = time.monotonic() + limit

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-from kernelgate.audit.processes import kill_tree
+from kernelgate.audit.processes import JudgeProcess, kill_tree
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # A stop ends within this many seconds of the first signal: the judges' threads return,
@@ -97,9 +96,7 @@ class Interruption:
         """A second signal came: stop without waiting for anything that may be skipped."""
         return self.signals > 1
 
-    def launch(
-        self, start: Callable[[], subprocess.Popen[bytes]]
-    ) -> subprocess.Popen[bytes] | None:
+    def launch(self, start: Callable[[], JudgeProcess]) -> JudgeProcess | None:
         """Start a judge with ``start`` and remember it; None once the audit is stopping."""
         with self._lock:
             if self.closed:

@@ -33,10 +33,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelgate.audit import admission, oldcheck
+from kernelgate.audit import admission, oldcheck, zygote
 from kernelgate.audit.interrupt import Interruption
 from kernelgate.audit.memory_guard import HostMemoryGuard
 from kernelgate.audit.processes import (
+    JudgeProcess,
     become_subreaper,
     child_env,
     die_with_audit_parent,
@@ -375,10 +376,21 @@ def judge_isolated(
             "options": asdict(options),
             "scratch": scratch,
             "code_digest": code_digest(),  # the same tree: the judge need not parse it again
+            "launched_at": time.time(),  # the row's judge_started_s: the judge's start-up
         }
         write_atomic(request, json.dumps(order))
 
-        def start() -> subprocess.Popen[bytes]:
+        # Forked by the audit's zygote where it serves (imports paid once: ``zygote.py``),
+        # else a fresh process; either way the same judge, with the same row.
+        forker = zygote.zygote_for(env, Path(options.out_dir))
+
+        def start() -> JudgeProcess:
+            if forker is not None:
+                try:
+                    return forker.spawn(request, result, log, env)
+                except zygote.ZygoteUnavailable as exc:
+                    if forker.failure is not None:
+                        zygote.say_fallback(f"the judge zygote failed: {exc}")
             return subprocess.Popen(
                 [sys.executable, "-m", "kernelgate.audit.judge", str(request), str(result)],
                 stdin=subprocess.DEVNULL,
@@ -416,6 +428,9 @@ def judge_isolated(
             if interruption is not None:
                 interruption.finished(process.pid)
     stopped_by_guard = guard.stopped(process.pid) if guard is not None else None
+    via = "zygote" if isinstance(process, zygote.ForkedJudge) else "process"
+    if stopped_by_guard is None and isinstance(process, zygote.ForkedJudge):
+        stopped_by_guard = process.note  # its zygote died, and it with it
     if interruption is not None and interruption.closed and code != 0:
         return interrupted_row(record, f"the audit stopped this record's judge (exit {code})")
     request.unlink(missing_ok=True)
@@ -425,7 +440,7 @@ def judge_isolated(
             raise ValueError("result belongs to another record")
         # the judge and its whole tree have exited: the evidence is checked against the
         # digest its judge wrote, and from here on the store's row holds that digest
-        return ingested(row, record, work)
+        return ingested(row, record, work) | {"judge_via": via}
     except (OSError, ValueError) as exc:
         how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
         if stopped_by_guard:
@@ -439,7 +454,7 @@ def judge_isolated(
             f"judge process {how} without a result ({exc})" + (f": {last[-1]}" if last else ""),
             time.monotonic() - started,
             judge_exit=code,
-        )
+        ) | {"judge_via": via}
         # the traceback's last line rarely names the cause: CUDA's advice follows it
         return row | {"device_memory_incident": bool(DEVICE_MEMORY_SIGNS.search(log_tail))}
 
@@ -747,7 +762,12 @@ def _main(request_path: str, result_path: str) -> None:
     take_code_digest(request.get("code_digest"))
     record = CorpusRecord.from_dict(request["record"])
     options = AuditOptions(**request["options"])
+    launched_at = request.get("launched_at")
+    started = time.time() - launched_at if isinstance(launched_at, int | float) else None
     row = judge_record(record, options, Path(result_path).parent, Path(request["scratch"]))
+    # seconds from the audit's launch of this judge to its first step (the imports, or the
+    # zygote's fork): what a judge costs before it judges anything
+    row["judge_started_s"] = None if started is None else round(started, 3)
     write_atomic(Path(result_path), json.dumps(row))  # a half-written result is never read
 
 

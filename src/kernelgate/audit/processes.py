@@ -15,11 +15,25 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Protocol
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 PARENT_ENV = "KERNELGATE_AUDIT_PARENT"  # the pid a child must die with
+
+
+class JudgeProcess(Protocol):
+    """What the audit uses of a judge process: ``subprocess.Popen``'s surface, which a judge
+    forked by the zygote (``zygote.ForkedJudge``) has too. ``returncode`` is minus the
+    signal number for a judge a signal ended."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 def die_with_parent(expected_parent: int | None = None) -> None:
