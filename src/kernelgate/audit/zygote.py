@@ -494,9 +494,9 @@ class Zygote:
             with self._lock:
                 self._sock = None
             ours.close()
-            self._lost()
-            kill_tree(process.pid)
+            kill_tree(process.pid)  # reaped before its judges are reported: nothing left
             process.wait()
+            self._lost()
 
     def _read(self, sock: socket.socket) -> None:
         """Everything the zygote says, until it ends."""
