@@ -308,13 +308,19 @@ def serve(sock: socket.socket) -> None:
 
 
 def main(fd: int) -> None:
-    """The zygote: die with the audit, import the judge, check it is alone, then serve."""
+    """The zygote: die with the audit, import the judge, check that CUDA is untouched and
+    that it is alone (one thread), then serve."""
     die_with_audit_parent()
     sock = socket.socket(fileno=fd)
     try:
         preload()
     except BaseException:
         _send(sock, {"refused": "its imports failed: " + traceback.format_exc(limit=3)})
+        return
+    import torch
+
+    if torch.cuda.is_initialized():  # a forked child cannot use a parent's CUDA context
+        _send(sock, {"refused": "CUDA was initialised by its imports"})
         return
     count = threads()
     if count != 1:
