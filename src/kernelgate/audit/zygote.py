@@ -312,13 +312,19 @@ def serve(sock: socket.socket) -> None:
 
 
 def main(fd: int) -> None:
-    """The zygote: die with the audit, import the judge, check it is alone, then serve."""
+    """The zygote: die with the audit, import the judge, check that CUDA is untouched and
+    that it is alone (one thread), then serve."""
     die_with_audit_parent()
     sock = socket.socket(fileno=fd)
     try:
         preload()
     except BaseException:
         _send(sock, {"refused": "its imports failed: " + traceback.format_exc(limit=3)})
+        return
+    import torch
+
+    if torch.cuda.is_initialized():  # a forked child cannot use a parent's CUDA context
+        _send(sock, {"refused": "CUDA was initialised by its imports"})
         return
     count = threads()
     if count != 1:
@@ -498,9 +504,9 @@ class Zygote:
             with self._lock:
                 self._sock = None
             ours.close()
-            self._lost()
-            kill_tree(process.pid)
+            kill_tree(process.pid)  # reaped before its judges are reported: nothing left
             process.wait()
+            self._lost()
 
     def _read(self, sock: socket.socket) -> None:
         """Everything the zygote says, until it ends."""
