@@ -90,7 +90,7 @@ def preload() -> None:
     import resource  # noqa: F401  (peak_memory)
     import shlex  # noqa: F401  (judge_record)
 
-    import torch  # noqa: F401
+    import torch
 
     # The contract's meta runs (admission's sizing, derivation) import dynamo, and with it
     # sympy, inductor and triton, on first use: 2.5-3 s of every record's judge.
