@@ -440,7 +440,7 @@ def judge_isolated(
             raise ValueError("result belongs to another record")
         # the judge and its whole tree have exited: the evidence is checked against the
         # digest its judge wrote, and from here on the store's row holds that digest
-        return ingested(row, record, work) | {"judge_via": via}
+        return ingested(row, record, work)
     except (OSError, ValueError) as exc:
         how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
         if stopped_by_guard:
@@ -754,7 +754,10 @@ def seconds_since_process_start() -> float | None:
         return None
 
 
-def _main(request_path: str, result_path: str) -> None:
+def _main(request_path: str, result_path: str, via: str = "process") -> None:
+    """Judge the record of ``request_path`` into ``result_path``; ``via`` says how this
+    judge started (a fresh ``process`` or forked by the ``zygote``), kept in its row so a
+    row recovered from its result file (``finished_but_unstored``) says it too."""
     _log_step(f"judge up {seconds_since_process_start()} s after its process started")
     die_with_audit_parent()
     become_subreaper()  # a candidate's double-forked process stays in this judge's tree
@@ -768,6 +771,7 @@ def _main(request_path: str, result_path: str) -> None:
     # seconds from the audit's launch of this judge to its first step (the imports, or the
     # zygote's fork): what a judge costs before it judges anything
     row["judge_started_s"] = None if started is None else round(started, 3)
+    row["judge_via"] = via
     write_atomic(Path(result_path), json.dumps(row))  # a half-written result is never read
 
 

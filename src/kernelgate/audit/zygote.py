@@ -229,7 +229,7 @@ def _become_judge(order: dict[str, Any], log_fd: int, inherited: list[int]) -> N
         sys.argv = [str(judge.__file__), request, result]
         sys.modules["__main__"] = judge  # as under ``-m`` (multiprocessing's spawn reads it)
         try:
-            judge._main(request, result)
+            judge._main(request, result, via="zygote")
         finally:
             kill_descendants()  # nothing of the record outlives its judge
         code = 0
