@@ -79,6 +79,21 @@ def test_fixed_inputs_are_kept_and_sorted_draws_stay_sorted() -> None:
     assert bool((drawn[:, 1:] >= drawn[:, :-1]).all()) and int(drawn.max()) <= 40
 
 
+def test_offsets_from_zero_to_the_total_keep_both_ends() -> None:
+    g = torch.Generator().manual_seed(1)
+
+    def cu_seqlens() -> torch.Tensor:
+        inner = torch.randint(1, 512, (7,), generator=g).sort().values
+        return torch.cat([torch.tensor([0]), inner, torch.tensor([512])])
+
+    domain = derive_domain([cu_seqlens(), cu_seqlens()], {})
+    assert domain.structure == [IntegerStructure.SORTED, IntegerStructure.SPANS]
+    for seed in range(5):
+        drawn = draw_in_domain(domain, seed, cu_seqlens())
+        assert int(drawn[0]) == 0 and int(drawn[-1]) == 512
+        assert bool((drawn[1:] >= drawn[:-1]).all())
+
+
 def test_arbitrary_bits_only_where_the_contract_says_so() -> None:
     packed = torch.randint(0, 16, (64, 64), dtype=torch.uint8)  # only low nibbles seen
     inside = draw_in_domain(IntegerDomain(0, 15), 1, packed)

@@ -93,6 +93,7 @@ class IntegerStructure(StrEnum):
     UNIQUE = "unique"  # no value repeats in the tensor (a permutation, a page table)
     UNIQUE_ROWS = "unique-rows"  # no value repeats along the last dim (per-row permutations)
     SORTED = "sorted"  # non-decreasing along the last dim (offsets, sorted expert ids)
+    SPANS = "spans"  # sorted rows from min to max, both kept (cu_seqlens-style offsets)
 
 
 @dataclass

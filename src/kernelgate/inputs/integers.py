@@ -53,6 +53,13 @@ def _sorted_rows(sample: torch.Tensor) -> bool:
     return ascending and bool((rows[:, 1:] != rows[:, :-1]).any())
 
 
+def _spans(sample: torch.Tensor, low: int, high: int) -> bool:
+    """Every row along the last dim starts at ``low`` and ends at ``high`` (offsets such as
+    cu_seqlens: 0 first, the total last)."""
+    rows = sample.reshape(-1, sample.shape[-1])
+    return bool((rows[:, 0] == low).all()) and bool((rows[:, -1] == high).all())
+
+
 def derive_domain(
     samples: Sequence[torch.Tensor],
     others: dict[str, tuple[int, ...]],
@@ -83,6 +90,8 @@ def derive_domain(
             structure.append(IntegerStructure.UNIQUE_ROWS)
         if all(map(_sorted_rows, wide)):
             structure.append(IntegerStructure.SORTED)
+            if all(_spans(s, low, high) for s in wide):
+                structure.append(IntegerStructure.SPANS)
     index_into = None
     if low >= 0 and samples[0].dtype != torch.bool:
         axes = [
@@ -173,6 +182,8 @@ def draw_in_domain(
         values = torch.randint(low, high + 1, shape, generator=g, dtype=torch.int64)
     if IntegerStructure.SORTED in domain.structure and values.dim() >= 1:
         values = values.sort(dim=-1).values
+        if IntegerStructure.SPANS in domain.structure:
+            values[..., 0], values[..., -1] = low, high
     return values.to(dtype)
 
 
