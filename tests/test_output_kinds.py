@@ -5,6 +5,7 @@ Candidates are plain PyTorch (the interpreter is slow): what is judged here is t
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import kernelgate
@@ -117,3 +118,22 @@ def test_near_ties_of_a_computed_source_are_judged_within_its_honest_error() -> 
     assert assess_indices(argmax, want, torch.tensor([0]), source, honest).passed
     assert not assess_indices(argmax, want, torch.tensor([0]), source, {}).passed  # exact source
     assert not assess_indices(argmax, want, torch.tensor([2]), source, honest).passed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("reference", "candidate", "outcome"),
+    [
+        (TOPK, "idx_topk_other_ties.py", "verified"),
+        (TOPK, "idx_topk_wrong_indices.py", "rejected"),
+        (ARGMAX, "idx_argmax_last.py", "verified"),
+        (SORT, "idx_sort_stable_honest.py", "verified"),
+        (SORT, "idx_sort_unstable.py", "rejected"),
+        (ROWSUM, "int_rowsum_off_by_one.py", "rejected"),
+    ],
+)
+def test_outputs_by_kind_on_the_device(reference: object, candidate: str, outcome: str) -> None:
+    """On the device the reference's own ties fall where CUDA's topk and sort put them (not
+    where the CPU's do), and index outputs come back by IPC handle: the same verdicts."""
+    verdict = kernelgate.verify(reference, DATA / candidate, device="cuda", only=["CMP-01"])
+    assert verdict.verdict.value == outcome, verdict.gate("CMP-01").reason
