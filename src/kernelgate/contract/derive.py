@@ -31,6 +31,8 @@ from kernelgate.contract.spec import (
     Contract,
     Dim,
     ErrorModelSpec,
+    IndexOutput,
+    OutputKind,
     OutputSpec,
     Postcondition,
     Provenance,
@@ -41,6 +43,7 @@ from kernelgate.errors import UnsupportedDtypeError
 from kernelgate.formats.kernelbench import ReferenceProgram
 from kernelgate.inputs.distributions import structure_of
 from kernelgate.inputs.footprint import Expired, time_limit
+from kernelgate.inputs.integers import derive_domain
 from kernelgate.oracle.fp64 import cast_values, flatten_outputs
 from kernelgate.sandbox.wire import dtype_name, unsupported_dtypes, unsupported_message
 
@@ -420,6 +423,44 @@ def require_supported_dtypes(values: Any, what: str) -> None:
         raise UnsupportedDtypeError(f"the reference's {what}{path}: {unsupported_message(dtype)}")
 
 
+def _index_outputs(program: ReferenceProgram, outputs: list[Any]) -> dict[int, IndexOutput]:
+    """The outputs an index op produced (``contract.match.index_outputs``), only where an
+    output holds integers; none where the reference cannot be run to see (its integer
+    outputs are then compared exactly, the stricter reading)."""
+    from kernelgate.contract.match import index_outputs
+
+    if all(
+        not isinstance(o, torch.Tensor) or o.is_floating_point() or o.is_complex() for o in outputs
+    ):
+        return {}
+    try:
+        return index_outputs(program)
+    except Exception:
+        return {}
+
+
+def output_spec(
+    k: int,
+    value: torch.Tensor,
+    symbol: dict[tuple[int, int, int], str],
+    indices: IndexOutput | None,
+) -> OutputSpec:
+    """Output ``k``'s record: its shape in dim names, dtype, and how it is compared
+    (``oracle.output_kinds``): floating values by the error model, integers exactly, and the
+    indices an index op produced (``indices``) by equivalence."""
+    if value.is_floating_point() or value.is_complex():
+        kind = OutputKind.VALUES
+    else:
+        kind = OutputKind.INDICES if indices is not None else OutputKind.EXACT
+    return OutputSpec(
+        name=f"out{k}",
+        shape=[symbol.get((1, k, axis), size) for axis, size in enumerate(value.shape)],
+        dtype=dtype_name(value.dtype),
+        kind=kind,
+        indices=indices if kind is OutputKind.INDICES else None,
+    )
+
+
 def derive_contract(program: ReferenceProgram) -> Contract:
     inputs = program.inputs(seed=42)
     require_supported_dtypes(inputs, "get_inputs()")
@@ -435,30 +476,35 @@ def derive_contract(program: ReferenceProgram) -> Contract:
         outputs, _ = shape_run(model, inputs, meta_seconds=0)
     require_supported_dtypes(outputs, "output")
     dims, symbol, unprobed = derive_dims(prober, model, inputs, outputs)
+    indices = _index_outputs(program, outputs)
 
-    resampled = program.inputs(seed=STRUCTURE_SEED)  # a second draw, for zero structure
+    # A second draw, for zero structure and integer domains: what both draws share is how
+    # the reference builds its inputs, not chance.
+    resampled = program.inputs(seed=STRUCTURE_SEED)
+    shapes = {
+        f"arg{i}": tuple(v.shape) for i, v in enumerate(inputs) if isinstance(v, torch.Tensor)
+    }
     specs: list[TensorSpec | ScalarSpec] = []
     for i, value in enumerate(inputs):
         if isinstance(value, torch.Tensor):
             again = resampled[i] if i < len(resampled) else None
             samples = [value] + ([again] if isinstance(again, torch.Tensor) else [])
+            floating = value.is_floating_point() or value.is_complex()
+            others = {name: shape for name, shape in shapes.items() if name != f"arg{i}"}
             specs.append(
                 TensorSpec(
                     name=f"arg{i}",
                     shape=[symbol.get((0, i, axis), size) for axis, size in enumerate(value.shape)],
                     dtypes=[dtype_name(value.dtype)],
-                    integer_values=None if value.is_floating_point() else "reference",
+                    integer_values=None if floating else "reference",
+                    domain=None if floating else derive_domain(samples, others, dims),
                     structure=structure_of(samples),
                 )
             )
         else:
             specs.append(ScalarSpec(name=f"arg{i}", value=value))
     out_specs = [
-        OutputSpec(
-            name=f"out{k}",
-            shape=[symbol.get((1, k, axis), size) for axis, size in enumerate(o.shape)],
-            dtype=dtype_name(o.dtype),
-        )
+        output_spec(k, o, symbol, indices.get(k))
         for k, o in enumerate(outputs)
         if isinstance(o, torch.Tensor)
     ]

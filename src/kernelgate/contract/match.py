@@ -25,7 +25,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelgate.contract.library import LIBRARY, REDUCING_OPS, LibraryEntry, entry
-from kernelgate.contract.spec import Contract, ErrorModelSpec, Provenance, TensorSpec
+from kernelgate.contract.spec import (
+    Contract,
+    ErrorModelSpec,
+    IndexOrder,
+    IndexOutput,
+    Provenance,
+    TensorSpec,
+)
 from kernelgate.formats.kernelbench import ReferenceProgram
 from kernelgate.oracle.fp64 import flatten_outputs
 
@@ -56,20 +63,127 @@ def op_name(func: Any) -> str:
     return func.name().split(".")[0]
 
 
+def bound_arguments(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An aten call's arguments by name, defaults filled in from its schema."""
+    bound: dict[str, Any] = {}
+    for position, argument in enumerate(func._schema.arguments):
+        if position < len(args) and not argument.kwarg_only:
+            bound[argument.name] = args[position]
+        elif argument.name in kwargs:
+            bound[argument.name] = kwargs[argument.name]
+        elif argument.has_default_value():
+            bound[argument.name] = argument.default_value
+    return bound
+
+
+def _sort_order(a: dict[str, Any]) -> IndexOrder:
+    return IndexOrder.STABLE if a.get("stable") else IndexOrder.VALUES
+
+
+# aten op (with overload) -> (which of its results holds indices, what they promise given
+# the bound arguments: dim, order, distinct). argsort reaches the dispatcher as sort.
+INDEX_OPS: dict[
+    str, tuple[int, Callable[[dict[str, Any]], tuple[int | None, IndexOrder, bool]]]
+] = {
+    "aten::topk": (
+        1,
+        lambda a: (a["dim"], IndexOrder.VALUES if a["sorted"] else IndexOrder.ANY, True),
+    ),
+    "aten::sort": (1, lambda a: (a["dim"], IndexOrder.VALUES, True)),
+    "aten::sort.stable": (1, lambda a: (a["dim"], _sort_order(a), True)),
+    "aten::argmax": (0, lambda a: (a.get("dim"), IndexOrder.VALUES, False)),
+    "aten::argmin": (0, lambda a: (a.get("dim"), IndexOrder.VALUES, False)),
+    "aten::max.dim": (1, lambda a: (a["dim"], IndexOrder.VALUES, False)),
+    "aten::min.dim": (1, lambda a: (a["dim"], IndexOrder.VALUES, False)),
+    "aten::kthvalue": (1, lambda a: (a["dim"], IndexOrder.VALUES, False)),
+    "aten::median.dim": (1, lambda a: (a["dim"], IndexOrder.VALUES, False)),
+    "aten::nanmedian.dim": (1, lambda a: (a["dim"], IndexOrder.VALUES, False)),
+    "aten::mode": (1, lambda a: (a["dim"], IndexOrder.VALUES, False)),
+}
+
+
+def _results(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
 class OpRecorder(TorchDispatchMode):
-    """Records the computing aten ops a forward reaches (views and copies ignored)."""
+    """Records the computing aten ops a forward reaches (views and copies ignored), and
+    which tensors hold indices an index op produced (``INDEX_OPS``), carried through the
+    views and copies (a cast to int32 included) that follow it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[str] = []
+        self.indices: dict[int, IndexOutput] = {}  # id of a tensor -> the op it came from
+        self._held: list[Any] = []  # the tensors keyed by id, kept so no id is reused
+        self._calls: dict[str, int] = {}
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
     ) -> Any:
+        kwargs = kwargs or {}
         name = op_name(func)
-        if not getattr(func, "is_view", False) and name not in IGNORED_OPS:
+        is_view = getattr(func, "is_view", False)
+        if not is_view and name not in IGNORED_OPS:
             self.ops.append(name)
+        result = func(*args, **kwargs)
+        full = func.name()
+        if full in INDEX_OPS:
+            call = self._calls.get(full, 0)
+            self._calls[full] = call + 1
+            position, promise = INDEX_OPS[full]
+            dim, order, distinct = promise(bound_arguments(func, args, kwargs))
+            found = _results(result)
+            if position < len(found) and isinstance(found[position], torch.Tensor):
+                record = IndexOutput(full, call, dim, order, distinct)
+                self._keep(found[position], record)
+        elif (is_view or name in IGNORED_OPS) and args and id(args[0]) in self.indices:
+            for value in _results(result):
+                if isinstance(value, torch.Tensor):
+                    self._keep(value, self.indices[id(args[0])])
+        return result
+
+    def _keep(self, tensor: torch.Tensor, record: IndexOutput) -> None:
+        self.indices[id(tensor)] = record
+        self._held.append(tensor)
+
+
+class OpInputCapture(TorchDispatchMode):
+    """Keeps the input (``self``) of chosen calls of index ops, ``(op, call)`` as
+    ``IndexOutput`` names them: what an index output's positions point into."""
+
+    def __init__(self, wanted: set[tuple[str, int]]) -> None:
+        super().__init__()
+        self.wanted = wanted
+        self.captured: dict[tuple[str, int], torch.Tensor] = {}
+        self._calls: dict[str, int] = {}
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
+        full = func.name()
+        if full in INDEX_OPS:
+            call = self._calls.get(full, 0)
+            self._calls[full] = call + 1
+            if (full, call) in self.wanted and args and isinstance(args[0], torch.Tensor):
+                self.captured[(full, call)] = args[0].detach().clone()
         return func(*args, **(kwargs or {}))
+
+
+@torch.no_grad()
+def index_outputs(program: ReferenceProgram) -> dict[int, IndexOutput]:
+    """Which of the reference's (flattened) outputs hold indices, by output position, and
+    the op that produced each; recorded where ``shape_run`` runs the reference."""
+    from kernelgate.contract.derive import shape_run
+
+    inputs = program.inputs(seed=42)
+    model = program.build_model(program.init_inputs())
+    outputs, recorder = shape_run(model, inputs, OpRecorder)
+    return {
+        k: recorder.indices[id(o)]
+        for k, o in enumerate(outputs)
+        if isinstance(o, torch.Tensor) and id(o) in recorder.indices
+    }
 
 
 @torch.no_grad()

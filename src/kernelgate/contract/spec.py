@@ -14,10 +14,12 @@ from typing import Any
 
 from kernelgate.serde import Serializable
 
-CONTRACT_SCHEMA = "kernelgate.contract/2"
+CONTRACT_SCHEMA = "kernelgate.contract/3"
 # Older ids this reader still reads: /1 lacks only the dims' derivation fields (``Dim``'s
-# ``fixed_because``, ``restricted_because``, ``probes``), whose defaults say "not derived".
-READABLE_SCHEMAS = ("kernelgate.contract/1", CONTRACT_SCHEMA)
+# ``fixed_because``, ``restricted_because``, ``probes``), whose defaults say "not derived";
+# /2 lacks only the integer inputs' ``domain`` (None: the reference's own values, as /2
+# judged them) and the outputs' ``kind`` and ``indices`` (derived from the output dtype).
+READABLE_SCHEMAS = ("kernelgate.contract/1", "kernelgate.contract/2", CONTRACT_SCHEMA)
 
 
 class Layout(StrEnum):
@@ -84,6 +86,35 @@ class Dim(Serializable):
         return value % self.multiple_of == 0
 
 
+class IntegerStructure(StrEnum):
+    """A pattern every draw of an integer input has, kept when its values are drawn anew."""
+
+    FIXED = "fixed"  # the same values at every seed (a mask, positions): never redrawn
+    UNIQUE = "unique"  # no value repeats in the tensor (a permutation, a page table)
+    UNIQUE_ROWS = "unique-rows"  # no value repeats along the last dim (per-row permutations)
+    SORTED = "sorted"  # non-decreasing along the last dim (offsets, sorted expert ids)
+    SPANS = "spans"  # sorted rows from min to max, both kept (cu_seqlens-style offsets)
+
+
+@dataclass
+class IntegerDomain(Serializable):
+    """The values an integer, bool or packed input may hold, as the reference draws them.
+
+    Derived from the reference's own ``get_inputs()`` at two seeds (``contract.derive``):
+    every drawn value lies in ``[min, max]`` (both seen in a draw), with ``structure`` kept.
+    ``index_into`` names what the values index where they exactly span it, ``arg1.shape[0]``
+    (an axis of another input) or a dim name such as ``V`` (a table held by the model): at
+    other sizes (CMP-03) the bound follows it. ``any`` admits every value of the dtype
+    (arbitrary bits: only where a contract says so).
+    """
+
+    min: int
+    max: int
+    structure: list[IntegerStructure] = field(default_factory=list)
+    index_into: str | None = None
+    any: bool = False
+
+
 @dataclass
 class TensorSpec(Serializable):
     """One tensor input: its dims (names of ``Dim`` or literal sizes), dtypes and layouts."""
@@ -95,6 +126,9 @@ class TensorSpec(Serializable):
     values: ValueDomain = ValueDomain.IEEE
     may_alias: bool = False
     integer_values: str | None = None  # "reference": drawn as the reference's get_inputs does
+    # For an integer, bool or packed input: the domain its values are drawn in (None: the
+    # reference's own ``get_inputs()`` values, unchanged, as contracts before /3 had it).
+    domain: IntegerDomain | None = None
     # [lo, hi] (either may be None): generated values are folded into this interval, for
     # inputs whose meaning restricts them (a log-decay <= 0, a gate in [0, 1]).
     value_range: list[float | None] | None = None
@@ -112,11 +146,46 @@ class ScalarSpec(Serializable):
     value: Any
 
 
+class OutputKind(StrEnum):
+    """How an output is compared with the oracle's (``gates.base.GateContext.assess``)."""
+
+    VALUES = "values"  # floating: within the contract's error model
+    EXACT = "exact"  # integer or bool: equal, element for element
+    INDICES = "indices"  # positions into a tensor the reference computes: by equivalence
+
+
+class IndexOrder(StrEnum):
+    """What the order of an index output must be (from the producing op's arguments)."""
+
+    ANY = "any"  # a set: topk(sorted=False)
+    VALUES = "values"  # the gathered values in the oracle's order; ties broken any way
+    STABLE = "stable"  # exactly the oracle's indices: sort(stable=True) fixes tie order
+
+
+@dataclass
+class IndexOutput(Serializable):
+    """Which aten op produced an index output, and what it promises.
+
+    The candidate's indices are judged by gathering, along ``dim`` (None: the flattened
+    tensor), the op's own input as the float64 oracle computes it (``call``: which call of
+    ``op`` in the forward, counting from 0), and comparing with the oracle's values there.
+    """
+
+    op: str
+    call: int = 0
+    dim: int | None = -1
+    order: IndexOrder = IndexOrder.VALUES
+    distinct: bool = False  # no index repeats along dim (topk, sort): a set, not a multiset
+
+
 @dataclass
 class OutputSpec(Serializable):
     name: str
     shape: list[str | int]
     dtype: str
+    # None: from the dtype (floating: values, else exact), as contracts before /3 had it
+    kind: OutputKind | None = None
+    indices: IndexOutput | None = None
 
 
 @dataclass

@@ -17,16 +17,23 @@ import zlib
 from abc import ABC, abstractmethod
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 from typing import Any, ClassVar, NoReturn
 
 import torch
 
-from kernelgate.contract.spec import Contract, ExceptionalPolicy
+from kernelgate.contract.spec import (
+    Contract,
+    ExceptionalPolicy,
+    IndexOutput,
+    OutputKind,
+    OutputSpec,
+)
 from kernelgate.errors import CandidateLoadError
 from kernelgate.inputs.distributions import draw, fold_into_range, impose_structure
+from kernelgate.inputs.integers import draw_in_domain, index_bound
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
 from kernelgate.oracle.error_models import (
     Assessment,
@@ -36,6 +43,7 @@ from kernelgate.oracle.error_models import (
     uses_magnitude,
 )
 from kernelgate.oracle.fp64 import Oracle, SizedOracle, flatten_outputs
+from kernelgate.oracle.output_kinds import assess_exact, assess_indices, output_kind
 from kernelgate.sandbox.clocks import ChoicePoint
 from kernelgate.sandbox.session import CallResult, ExecutionIncident, WorkerSession
 from kernelgate.sandbox.wire import WireTensor, dtype_name
@@ -263,10 +271,47 @@ class GateContext:
         values = [
             self.draw(distribution, seed + i, tuple(v.shape), dtypes[i] or v.dtype)
             if isinstance(v, torch.Tensor) and v.is_floating_point()
-            else (v.clone() if isinstance(v, torch.Tensor) else v)
+            else self.draw_integers(i, seed + i, v, self.template)
             for i, v in enumerate(self.template)
         ]
         return Case(label, seed, values)
+
+    def draw_integers(
+        self,
+        index: int,
+        seed: int,
+        value: Any,
+        template: list[Any],
+        sizes: dict[str, int] | None = None,
+    ) -> Any:
+        """Input ``index`` when it is not floating: drawn inside the contract's domain for it
+        (``inputs.integers``), shaped like ``value`` (the reference's own draw in
+        ``template``, its ``get_inputs()`` at the case's ``sizes``: None for the reference's
+        own); the reference's values themselves where the contract records no domain.
+
+        At other sizes (CMP-03) the range is the one the reference's draw at those sizes
+        shows, narrowed by the contract's ``index_into`` there: the contract's own range was
+        seen at the reference's sizes, and an index into a smaller table must shrink with it.
+        """
+        if not isinstance(value, torch.Tensor):
+            return value
+        specs = self.contract.inputs
+        spec = specs[index] if index < len(specs) else None
+        domain = getattr(spec, "domain", None)
+        if domain is None:
+            return value.clone()
+        upper = None
+        if sizes is not None and not domain.any and value.numel():
+            shapes = {
+                f"arg{j}": tuple(t.shape)
+                for j, t in enumerate(template)
+                if isinstance(t, torch.Tensor)
+            }
+            named = {dim.name: dim.reference for dim in self.contract.dims} | sizes
+            upper = index_bound(domain, shapes, named)
+            wide = value.to(torch.int64)
+            domain = replace(domain, min=int(wide.min()), max=int(wide.max()))
+        return draw_in_domain(domain, seed, value, upper)
 
     def draw(
         self, distribution: str, seed: int, shape: tuple[int, ...], dtype: torch.dtype
@@ -298,7 +343,7 @@ class GateContext:
         values = [
             self.draw(distribution, seed + i, tuple(v.shape), v.dtype)
             if isinstance(v, torch.Tensor) and v.is_floating_point()
-            else v
+            else self.draw_integers(i, seed + i, v, template, dict(sizes))
             for i, v in enumerate(template)
         ]
         same_init = _same_values(init_inputs, self.oracle.init_inputs)
@@ -492,12 +537,58 @@ class GateContext:
         Where the device has no memory left (an audit's judges share one GPU) the same
         arithmetic runs on the CPU, and the assessment says so.
         """
+        expected = self.expected(case)[output_index]
+        spec = self.output_spec(output_index)
+        kind = output_kind(spec, expected)
+        if kind is OutputKind.EXACT:
+            return self._assess_exact(case, output_index, actual)
+        if kind is OutputKind.INDICES:
+            assert spec is not None and spec.indices is not None  # output_kind checks it
+            return self._assess_indices(case, output_index, actual, spec.indices)
         assessment, on_cpu_instead = self._on_device_or_cpu(
             lambda device: self._assess_on(device, case, output_index, actual)
         )
         if on_cpu_instead:
             assessment.params["judged_on"] = "cpu (the device was out of memory)"
         return assessment
+
+    def output_spec(self, output_index: int) -> OutputSpec | None:
+        """The contract's record of output ``output_index`` (None: it has none)."""
+        name = f"out{output_index}"
+        return next((o for o in self.contract.outputs if o.name == name), None)
+
+    def _assess_exact(self, case: Case, output_index: int, actual: torch.Tensor) -> Assessment:
+        """An integer or bool output, exactly; the native run is asked only where the oracle
+        alone finds a difference (it can only take positions out of judgement)."""
+        expected = self.expected(case)[output_index]
+        first = assess_exact(expected, actual)
+        if first.passed:
+            return first
+        native = self.native(case)[output_index]
+        return assess_exact(expected, actual, {"native-eager": native})
+
+    def _assess_indices(
+        self, case: Case, output_index: int, actual: torch.Tensor, spec: IndexOutput
+    ) -> Assessment:
+        """An index output by equivalence (``oracle.output_kinds.assess_indices``): the op's
+        input from the float64 oracle and from the native run, once per case for all of the
+        contract's index outputs."""
+        wanted = {
+            (o.indices.op, o.indices.call) for o in self.contract.outputs if o.indices is not None
+        }
+        oracle = self.oracle_for(case)
+        sources = self._cached(case, "index-sources", lambda: oracle.op_inputs(case.values, wanted))
+        key = (spec.op, spec.call)
+        if key not in sources:  # the op was not reached on these inputs: exact, and say so
+            assessment = self._assess_exact(case, output_index, actual)
+            assessment.params["indices"] = f"{spec.op} call {spec.call} not reached: judged exactly"
+            return assessment
+        native = self._cached(
+            case, "index-sources:native", lambda: oracle.op_inputs(case.values, wanted, native=True)
+        )
+        honest = {"native-eager": native[key]} if key in native else {}
+        expected = self.expected(case)[output_index]
+        return assess_indices(spec, expected, actual, sources[key], honest)
 
     def _on_device_or_cpu(self, compute: Callable[[torch.device], Any]) -> tuple[Any, bool]:
         """``compute`` on the oracle's device, or on the CPU where that device is out of

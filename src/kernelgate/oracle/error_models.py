@@ -78,6 +78,7 @@ class Assessment:
     excluded: int  # positions where honest evaluations disagree with the oracle's class
     mismatches: list[dict[str, Any]] = field(default_factory=list)
     class_mismatches: int = 0  # judged positions of another IEEE class than the oracle's
+    note: str = ""  # what failed, where a ratio says nothing (exact and index outputs)
 
     @property
     def passed(self) -> bool:
@@ -93,6 +94,8 @@ class Assessment:
                 f"; {self.class_mismatches} position(s) of another IEEE class than the "
                 "oracle's (NaN or Inf where it is finite, or the reverse)"
             )
+        if self.note:
+            text += f"; {self.note}"
         return text
 
 

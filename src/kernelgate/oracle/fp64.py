@@ -167,6 +167,24 @@ class Oracle:
         return [cast_values(o, None, torch.device("cpu")) for o in flatten_outputs(outputs)]
 
     @torch.no_grad()
+    def op_inputs(
+        self, inputs: list[Any], wanted: set[tuple[str, int]], *, native: bool = False
+    ) -> dict[tuple[str, int], torch.Tensor]:
+        """The inputs of the index ops ``wanted`` (``(op, call)``) as the reference computes
+        them on ``inputs`` (CPU tensors): in float64 (the oracle), or natively (``native``:
+        an honest evaluation), for judging index outputs (``oracle.output_kinds``). One more
+        evaluation of the reference, made only for contracts with index outputs."""
+        from kernelgate.contract.match import OpInputCapture
+
+        capture = OpInputCapture(wanted)
+        model = self.model_native if native else self.model64
+        values = cast_values(inputs, None if native else torch.float64, self.device)
+        values = copy.deepcopy(values) if any(v is i for v, i in zip(values, inputs)) else values
+        with capture:
+            model(*values)
+        return {key: value.cpu() for key, value in capture.captured.items()}
+
+    @torch.no_grad()
     def on_cpu(self, inputs: list[Any], dtype: torch.dtype) -> list[Any]:
         """The reference in ``dtype`` on the CPU: an honest evaluation independent of device."""
         if dtype not in self._cpu_models:
@@ -253,3 +271,9 @@ class SizedOracle(Oracle):
     def on_cpu(self, inputs: list[Any], dtype: torch.dtype) -> list[Any]:
         with self.program.rebound(**self.sizes):
             return super().on_cpu(inputs, dtype)
+
+    def op_inputs(
+        self, inputs: list[Any], wanted: set[tuple[str, int]], *, native: bool = False
+    ) -> dict[tuple[str, int], torch.Tensor]:
+        with self.program.rebound(**self.sizes):
+            return super().op_inputs(inputs, wanted, native=native)
