@@ -24,7 +24,7 @@ REFERENCE = ROOT / "tests" / "data" / "lib_relu_reference.py"
 
 # A ReLU that builds a tiny C library on its first forward (torch's JIT extension builder),
 # sleeping SLEEP seconds inside torch's ninja step the first time (not when built already).
-BUILDING_CANDIDATE = '''
+BUILDING_CANDIDATE = """
 import ctypes, importlib, os, time
 import torch
 import torch.nn as nn
@@ -65,7 +65,7 @@ class ModelNew(nn.Module):
             self.answer = ctypes.CDLL(library).kg_answer()
         assert self.answer == 42
         return torch.clamp_min(x, 0.0)
-'''
+"""
 GOOD_SOURCE = 'extern "C" int kg_answer() { return 42; }\n'
 
 
