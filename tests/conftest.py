@@ -65,7 +65,16 @@ def two_record_audit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("two-record-audit")
     corpus = write_pairs(root / "corpus", ["honest", "nan_swallow"])
     out = root / "out"
-    args = ["audit", str(corpus), "--out", str(out), "--timeout", AUDIT_TIMEOUT]
+    args = [
+        "audit",
+        str(corpus),
+        "--out",
+        str(out),
+        "--timeout",
+        AUDIT_TIMEOUT,
+        "--compile-timeout",
+        AUDIT_TIMEOUT,
+    ]
     result = kernelgate(*args, "--workers", "2", timeout=240)
     assert result.returncode == 0, result.stderr
     return root

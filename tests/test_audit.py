@@ -51,7 +51,19 @@ ONLY = "EXC-01"
 def audit_args(corpus: Path, out: Path, *options: str) -> list[str]:
     """``kernelgate audit`` of ``corpus`` into ``out`` at the tests' timeout, partial
     (``--only ONLY``), plus ``options``."""
-    return ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--only", ONLY, *options]
+    return [
+        "audit",
+        str(corpus),
+        "--out",
+        str(out),
+        "--timeout",
+        TIMEOUT,
+        "--compile-timeout",
+        TIMEOUT,
+        "--only",
+        ONLY,
+        *options,
+    ]
 
 
 def stored_rows(out: Path) -> dict[str, dict[str, Any]]:
@@ -374,7 +386,17 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
 
     from kernelgate.cli import app
 
-    full = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--resume"]
+    full = [
+        "audit",
+        str(corpus),
+        "--out",
+        str(out),
+        "--timeout",
+        TIMEOUT,
+        "--compile-timeout",
+        TIMEOUT,
+        "--resume",
+    ]
     other_gates = CliRunner().invoke(app, full)
     assert other_gates.exit_code == 2
     assert "other settings (only differ)" in " ".join(other_gates.output.split())
@@ -967,6 +989,8 @@ def test_a_judge_killed_mid_record_resumes_at_its_next_gate(tmp_path: Path) -> N
         str(out),
         "--timeout",
         TIMEOUT,
+        "--compile-timeout",
+        TIMEOUT,
         "--workers",
         "2",
         "--only",
@@ -1064,7 +1088,18 @@ def test_rejudge_record_judges_those_records_again_and_names_unknown_ids(
     and the rest kept; an id the corpus lacks is a usage error that says what ids look like.
     (A copy of a finished complete audit of both records: ``conftest.two_record_audit``.)"""
     corpus, out = copy_audit(two_record_audit, tmp_path / "audit")
-    args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
+    args = [
+        "audit",
+        str(corpus),
+        "--out",
+        str(out),
+        "--timeout",
+        TIMEOUT,
+        "--compile-timeout",
+        TIMEOUT,
+        "--workers",
+        "2",
+    ]
     assert stored_rows(out).keys() == {"honest", "nan_swallow"}
     wrong = kernelgate(*args, "--resume", "--rejudge-record", "honset")
     assert wrong.returncode == 2 and "no record with id 'honset'" in wrong.stderr
@@ -1085,7 +1120,18 @@ def test_a_finished_judge_whose_row_was_not_stored_is_not_judged_again(
     row the audit forgets on purpose (--rejudge-record) is judged afresh. (A copy of a
     finished complete audit of both records: ``conftest.two_record_audit``.)"""
     corpus, out = copy_audit(two_record_audit, tmp_path / "audit")
-    args = ["audit", str(corpus), "--out", str(out), "--timeout", TIMEOUT, "--workers", "2"]
+    args = [
+        "audit",
+        str(corpus),
+        "--out",
+        str(out),
+        "--timeout",
+        TIMEOUT,
+        "--compile-timeout",
+        TIMEOUT,
+        "--workers",
+        "2",
+    ]
     first = stored_rows(out)["honest"]
     log = next(p for p in (out / "records").iterdir() if p.name.startswith("honest")) / "judge.log"
     judged_at = log.read_text()

@@ -54,7 +54,7 @@ def records(folder: Path, names: list[str]) -> dict[str, CorpusRecord]:
 
 
 def options(out: Path) -> judge.AuditOptions:
-    return judge.AuditOptions(out_dir=str(out), timeout=2.0, only=ONLY)
+    return judge.AuditOptions(out_dir=str(out), timeout=2.0, compile_timeout=2.0, only=ONLY)
 
 
 def comparable(found: Any, out: Path, unstable: set[str] = UNSTABLE_ROW) -> Any:
@@ -126,7 +126,12 @@ def test_a_forked_judge_imports_nothing_a_fresh_judge_does_not(tmp_path: Path) -
     request = work / "request.json"
     order = {
         "record": honest.to_dict(),
-        "options": {"out_dir": str(tmp_path), "timeout": 2.0, "only": list(ONLY)},
+        "options": {
+            "out_dir": str(tmp_path),
+            "timeout": 2.0,
+            "compile_timeout": 2.0,
+            "only": list(ONLY),
+        },
         "scratch": str(tmp_path / "scratch"),
         "code_digest": judge.code_digest(),
     }
@@ -285,7 +290,9 @@ def test_the_zygote_and_its_judges_die_with_the_audit(tmp_path: Path) -> None:
         "from kernelgate.audit import judge, zygote\n"
         "from kernelgate.formats.corpus import read_corpus\n"
         "(record,) = read_corpus(Path(sys.argv[1]))\n"
-        "opts = judge.AuditOptions(out_dir=sys.argv[2], timeout=2.0, only=('EXC-01',))\n"
+        "opts = judge.AuditOptions(\n"
+        "    out_dir=sys.argv[2], timeout=2.0, compile_timeout=2.0, only=('EXC-01',)\n"
+        ")\n"
         "threading.Thread(target=judge.judge_isolated, args=(record, opts), daemon=True).start()\n"
         "while not (zygote._current and zygote._current.running()):\n"
         "    time.sleep(0.05)\n"

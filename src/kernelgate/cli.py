@@ -24,6 +24,7 @@ from kernelgate.errors import KernelgateError
 from kernelgate.gates import GATE_IDS
 from kernelgate.gates.base import GateResult, Status
 from kernelgate.progress import work_progress
+from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.confine import summary_line
 from kernelgate.verdict import Outcome, Verdict
 
@@ -50,6 +51,16 @@ VERDICT_STYLE = {
 DeviceOption = Annotated[str, typer.Option("--device", help="cpu (Triton interpreter) or cuda")]
 TimeoutOption = Annotated[
     float, typer.Option("--timeout", min=1.0, help="seconds one candidate call may take")
+]
+CompileTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--compile-timeout",
+        min=1.0,
+        help="seconds the candidate's builds may take in all (torch extensions, Triton "
+        "compiles, a fresh instance's first call beyond --timeout), on top of --timeout; a "
+        "build that fails or runs past it rejects the candidate at the load stage",
+    ),
 ]
 
 
@@ -105,6 +116,7 @@ def verify_command(
     candidate: Annotated[Path, typer.Argument(help="candidate file defining ModelNew")],
     device: DeviceOption = "cpu",
     timeout: TimeoutOption = 60.0,
+    compile_timeout: CompileTimeoutOption = DEFAULT_COMPILE_TIMEOUT,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the evidence here")] = None,
     contract_file: Annotated[
         Path | None,
@@ -144,6 +156,7 @@ def verify_command(
             contract=contract_file,  # verify() loads it and names it in replays
             device=device,
             timeout=timeout,
+            compile_timeout=compile_timeout,
             seed=seed,
             only=only,
             on_gate=on_gate,
@@ -159,6 +172,7 @@ def verify_command(
         f"verdict: [{style}]{verdict.verdict.value}[/]"
         + (f" (failed: {failed})" if failed else "")
         + f"  in {verdict.seconds:.1f} s"
+        + (f" ({verdict.compile_seconds:.1f} s building)" if verdict.compile_seconds else "")
         + (f"; evidence sha256 {digest[:EVIDENCE_DIGEST_SHOWN]}..." if digest else ""),
         highlight=False,
         soft_wrap=True,
@@ -235,6 +249,7 @@ def demo_command(
     ),
     device: DeviceOption = "cpu",
     timeout: TimeoutOption = 10.0,
+    compile_timeout: CompileTimeoutOption = 30.0,
 ) -> None:
     """Verify every example candidate and check each got the verdict it should."""
     from kernelgate.demo import read_expectations
@@ -249,7 +264,13 @@ def demo_command(
         task = progress.add_task("verifying", total=len(expectations))
         for expectation in expectations:
             progress.update(task, description=f"verifying {expectation.file.name}")
-            verdict = verify(reference, expectation.file, device=device, timeout=timeout)
+            verdict = verify(
+                reference,
+                expectation.file,
+                device=device,
+                timeout=timeout,
+                compile_timeout=compile_timeout,
+            )
             met = expectation.met_by(verdict)
             all_met &= met
             wanted = expectation.verdict + (f" by {expectation.gate}" if expectation.gate else "")
@@ -322,6 +343,7 @@ def audit_command(
         int | None, typer.Option("--limit", min=1, help="audit only the first N records")
     ] = None,
     timeout: TimeoutOption = 60.0,
+    compile_timeout: CompileTimeoutOption = DEFAULT_COMPILE_TIMEOUT,
     only: Annotated[
         list[str] | None,
         typer.Option(
@@ -361,6 +383,7 @@ def audit_command(
         rejudge_records=rejudge_record or [],
         limit=limit,
         timeout=timeout,
+        compile_timeout=compile_timeout,
         host_memory=host_memory,
         only=only,
         console=console,

@@ -24,5 +24,11 @@ class CandidateLoadError(KernelgateError):
     """The candidate file cannot be parsed, lacks ``ModelNew``, or fails to import/construct."""
 
 
+class CandidateBuildError(CandidateLoadError):
+    """A build the candidate started (a torch extension, a Triton kernel) failed, or ran
+    past the compile budget (``--compile-timeout``), at import or in a call: a load-stage
+    result, never an execution incident of RES-01 (the kernel never ran)."""
+
+
 class ContractError(KernelgateError):
     """A contract file is malformed or does not fit the reference."""

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -28,6 +29,7 @@ from kernelgate.gates.base import GateContext, GateResult, run_gate
 from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
 from kernelgate.sandbox import confine
+from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
 from kernelgate.sandbox.wire import UnsupportedDtype
 from kernelgate.verdict import Outcome, Verdict, combine, environment
@@ -47,12 +49,24 @@ def resolve_device(device: str) -> str:
 
 
 def spawned_worker(
-    candidate: str | Path, *, device: str, timeout: float, scratch: Path | None = None
+    candidate: str | Path,
+    *,
+    device: str,
+    timeout: float,
+    scratch: Path | None = None,
+    compile_timeout: float = DEFAULT_COMPILE_TIMEOUT,
 ) -> WorkerSession:
     """A worker for ``candidate``, started now and loaded by ``verify``: importing torch
     (about 2 s) then overlaps whatever the judge does before its first call. Spawned, it holds
     no device context (CUDA starts with the load), so it takes no device memory yet."""
-    session = WorkerSession(Path(candidate), [], device=device, timeout=timeout, scratch=scratch)
+    session = WorkerSession(
+        Path(candidate),
+        [],
+        device=device,
+        timeout=timeout,
+        scratch=scratch,
+        compile_timeout=compile_timeout,
+    )
     session.spawn()
     return session
 
@@ -64,6 +78,7 @@ def verify(
     device: str = "cpu",
     *,
     timeout: float = DEFAULT_TIMEOUT,
+    compile_timeout: float = DEFAULT_COMPILE_TIMEOUT,
     seed: int = 0,
     only: Sequence[str] | None = None,
     on_gate: Callable[[str, GateResult | None], None] | None = None,
@@ -89,6 +104,11 @@ def verify(
     check): its builds are reused; by default one of the verification's own. ``session``: a
     worker the caller spawned ahead for this candidate (``spawned_worker``), so that its
     start-up overlapped the caller's own work; verify gives it the init inputs and closes it.
+    ``compile_timeout``: seconds all the candidate's builds may take together (torch
+    extensions, Triton compiles, a fresh instance's first call beyond ``timeout``), on top
+    of ``timeout`` (sandbox/compile_budget.py); a build that fails or runs past it raises
+    ``CandidateBuildError`` (a load-stage result). The verdict's ``compile_seconds`` says
+    what was spent, ``compile`` who paid it.
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -109,11 +129,18 @@ def verify(
         replay += ["--contract", str(contract)]
         contract = load_contract(contract)
     if session is None:
-        session = spawned_worker(candidate, device=device, timeout=timeout, scratch=scratch)
-    elif (session.candidate, session.device, session.timeout) != (
+        session = spawned_worker(
+            candidate,
+            device=device,
+            timeout=timeout,
+            scratch=scratch,
+            compile_timeout=compile_timeout,
+        )
+    elif (session.candidate, session.device, session.timeout, session.compile_timeout) != (
         Path(candidate),
         device,
         timeout,
+        compile_timeout,
     ):
         raise ValueError("the worker spawned ahead was made for another candidate or settings")
     session.init_inputs = program.init_inputs()  # sent with the load, after the spawn
@@ -152,6 +179,7 @@ def verify(
                     if on_gate is not None:
                         on_gate(gate.id, None)
                     seen = len(ctx.incidents)
+                    session.compile_context = gate.id  # who pays for what the worker builds
                     if gate.id in finished:
                         result = finished[gate.id]
                     elif only and gate.id not in only and not gate.always_runs:
@@ -191,4 +219,17 @@ def verify(
         seconds=round(time.monotonic() - started, 2),
         skipped=skipped,
         verified_domain=narrowed_to,
+        compile_seconds=round(session.budget.spent, 3),
+        compile=compile_evidence(session, ctx.fresh_compile_paid),
     )
+
+
+def compile_evidence(session: WorkerSession, fresh: list[dict[str, Any]]) -> dict[str, Any]:
+    """Who paid for the candidate's builds: the budget, what was spent, and each exchange
+    that built (``at``: the gate, or "load", and which instance), main instance first."""
+    main = [p | {"instance": "main"} for p in session.compile_paid]
+    return {
+        "budget_s": session.budget.seconds,
+        "spent_s": round(session.budget.spent, 3),
+        "paid": main + [p | {"instance": "fresh"} for p in fresh],
+    }

@@ -33,6 +33,10 @@ class Verdict(Serializable):
     seconds: float
     skipped: list[str] = field(default_factory=list)  # "GATE: reason", never hidden
     verified_domain: dict[str, Any] | None = None
+    # Seconds the candidate's builds took from the compile budget (--compile-timeout), and
+    # who paid them (pipeline.compile_evidence): sandbox/compile_budget.py
+    compile_seconds: float = 0.0
+    compile: dict[str, Any] = field(default_factory=dict)
     schema: str = VERDICT_SCHEMA
 
     @property

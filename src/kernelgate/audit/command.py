@@ -14,6 +14,7 @@ from kernelgate.audit.interrupt import AuditInterrupted
 from kernelgate.audit.report import integrity_text, partial_audit_text
 from kernelgate.audit.runner import AuditPlan, gate_selection, run_audit
 from kernelgate.progress import work_progress
+from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 
 
 def resume_command(
@@ -30,6 +31,7 @@ def resume_command(
     timeout: float,
     host_memory: float | None,
     only: Sequence[str] | None = None,
+    compile_timeout: float = DEFAULT_COMPILE_TIMEOUT,
 ) -> str:
     """The command that continues this audit: its options, with ``--resume``.
 
@@ -49,6 +51,7 @@ def resume_command(
         ("--ray-address", ray_address, None),
         ("--limit", limit, None),
         ("--timeout", timeout, 60.0),
+        ("--compile-timeout", compile_timeout, DEFAULT_COMPILE_TIMEOUT),
         ("--host-memory", host_memory, None),
         ("--only", ",".join(only) if only else None, None),
     ]
@@ -93,6 +96,7 @@ def audit_command_body(
     timeout: float,
     host_memory: float | None = None,
     only: Sequence[str] | None = None,
+    compile_timeout: float = DEFAULT_COMPILE_TIMEOUT,
     console: Console,
     errors: Console,
 ) -> None:
@@ -137,6 +141,7 @@ def audit_command_body(
                 rejudge_records=tuple(rejudge_records),
                 limit=limit,
                 timeout=timeout,
+                compile_timeout=compile_timeout,
                 only=selected,
                 host_memory_gib=host_memory,
                 on_plan=on_plan,
@@ -156,6 +161,7 @@ def audit_command_body(
             timeout=timeout,
             host_memory=host_memory,
             only=selected,
+            compile_timeout=compile_timeout,
         )
         errors.print(interrupted_line(stop, out, resume_with), highlight=False, soft_wrap=True)
         raise  # cli.main exits with stop.exit_code, at once (see there)

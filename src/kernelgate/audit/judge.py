@@ -49,6 +49,7 @@ from kernelgate.audit.settled import worker_tree_settled
 from kernelgate.evidence_io import sha256_file, write_atomic
 from kernelgate.formats.corpus import CorpusRecord
 from kernelgate.journal import DEVICE_MEMORY_SIGNS, GateJournal, journal_key
+from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 
 if TYPE_CHECKING:  # for annotations: the judge child imports the sandbox with the pipeline
     from kernelgate.sandbox.session import WorkerSession
@@ -57,6 +58,7 @@ UNREADABLE, ERROR = "unreadable", "error"
 ACCEPTING_VERDICTS = ("verified", "narrowed")
 RECORD_LIMIT_BASE = 2 * oldcheck.LOAD_TIMEOUT + 120.0  # loading twice, plus start-up
 RECORD_LIMIT_PER_TIMEOUT = 100  # candidate calls one record may make, at most, in all
+RECORD_LIMIT_PER_COMPILE_TIMEOUT = 2  # the old check's builds, then the verification's
 # in a record's work folder: the gates finished so far, and the old check's result, so that
 # a judge killed mid-record (a device call's deadline) resumes where it was
 JOURNAL_NAME, OLD_CHECK_NAME = "gates.jsonl", "old_check.json"
@@ -71,6 +73,9 @@ class AuditOptions:
     device: str = "cpu"
     timeout: float = 60.0
     seed: int = 0
+    # seconds of building (torch extensions, Triton compiles, a first call beyond
+    # ``timeout``) the record's verification may spend: sandbox/compile_budget.py
+    compile_timeout: float = DEFAULT_COMPILE_TIMEOUT
     # ``--only``: the gates each record's verification runs (None: all twelve). A partial
     # audit: every row says which gates it ran (``only``), and so does the report.
     only: tuple[str, ...] | None = None
@@ -87,7 +92,11 @@ class AuditOptions:
     @property
     def record_limit(self) -> float:
         """Wall-clock ceiling of one record's judge: a backstop, far above honest runs."""
-        return RECORD_LIMIT_BASE + RECORD_LIMIT_PER_TIMEOUT * self.timeout
+        return (
+            RECORD_LIMIT_BASE
+            + RECORD_LIMIT_PER_TIMEOUT * self.timeout
+            + RECORD_LIMIT_PER_COMPILE_TIMEOUT * self.compile_timeout
+        )
 
 
 def behaviour_of(source: bytes) -> bytes:
@@ -503,6 +512,7 @@ def record_key(reference: Path, candidate: Path, options: AuditOptions) -> str:
         code=code_digest(),
         device=options.device,
         timeout=options.timeout,
+        compile_timeout=options.compile_timeout,
         seed=options.seed,
         only=options.gates_selected,  # a journal of other gates must not stand in for these
     )
@@ -514,7 +524,12 @@ def judge_record(
     """Old check and contract verdict for one readable record (runs in the judge child)."""
     import shlex
 
-    from kernelgate.errors import CandidateLoadError, KernelgateError, ReferenceError_
+    from kernelgate.errors import (
+        CandidateBuildError,
+        CandidateLoadError,
+        KernelgateError,
+        ReferenceError_,
+    )
     from kernelgate.formats.kernelbench import candidate_backend
     from kernelgate.pipeline import verify
 
@@ -568,6 +583,7 @@ def judge_record(
                 candidate,
                 device=options.device,
                 timeout=options.timeout,
+                compile_timeout=options.compile_timeout,
                 seed=options.seed,
                 only=only,
                 journal=journal,
@@ -578,6 +594,8 @@ def judge_record(
             )
         except CandidateLoadError as exc:
             row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
+            if isinstance(exc, CandidateBuildError):
+                row["build_failed"] = True
         except ReferenceError_ as exc:
             row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
         except KernelgateError as exc:
@@ -620,6 +638,7 @@ def judge_record(
                 verdict.gate("RES-01").evidence.get("incidents", [])
             ),
             "resumed_gates": journal.resumed,
+            "compile_seconds": verdict.compile_seconds,
         }
     # the row is what resumes from now on: a retried or re-judged record starts afresh
     journal.discard()
@@ -642,7 +661,11 @@ def _spawned_ahead(
         yield None
         return
     early = spawned_worker(
-        candidate, device=options.device, timeout=options.timeout, scratch=scratch
+        candidate,
+        device=options.device,
+        timeout=options.timeout,
+        scratch=scratch,
+        compile_timeout=options.compile_timeout,
     )
     _log_step("worker spawned")
     try:
@@ -699,7 +722,12 @@ def _old_check(
         old = oldcheck.not_run("CUDA C++ candidate: the old check needs a GPU (--device cuda)")
     else:
         old = oldcheck.run_old_check(
-            reference, candidate, device=options.device, timeout=options.timeout, scratch=scratch
+            reference,
+            candidate,
+            device=options.device,
+            timeout=options.timeout,
+            scratch=scratch,
+            compile_timeout=options.compile_timeout,
         )
     write_atomic(saved, json.dumps({"key": key, "result": old}))
     return old

@@ -112,11 +112,13 @@ def run_old_check(
     device: str,
     timeout: float,
     scratch: Path | None = None,
+    compile_timeout: float = 0.0,
 ) -> dict[str, Any]:
     """Run KernelBench's check of ``candidate`` against ``reference`` in a child process,
     confined as ``verify``'s worker is (``sandbox/confine.py``, KERNELGATE_ISOLATION).
 
-    ``timeout`` bounds each candidate call (one trial); loading gets ``LOAD_TIMEOUT``. A hang
+    ``timeout`` bounds each candidate call (one trial); loading gets ``LOAD_TIMEOUT``, and the
+    first trial ``compile_timeout`` more (where a candidate builds its kernels). A hang
     or crash is a rejection, as in KernelBench (its batch runner records a timed-out or
     crashed evaluation as not compiled, not correct). The result's ``isolation`` is the
     launcher's report as one line (``confine.summary_line``). ``scratch``: the child's
@@ -133,14 +135,15 @@ def run_old_check(
     from kernelgate.sandbox.session import isolation_mode, loosened_confinement, with_loosened
 
     mode, skip = isolation_mode(), []
-    result, isolation = _run_child(reference, candidate, device, timeout, mode, skip, scratch)
+    limits = (timeout, compile_timeout)
+    result, isolation = _run_child(reference, candidate, device, limits, mode, skip, scratch)
     if mode != "off" and _failed_before_trials(result):
         loosened = loosened_confinement(device, [], skip)
         if loosened is not None:
             new_skip, reasons = loosened
             mode = "off" if new_skip is None else mode
             result, isolation = _run_child(
-                reference, candidate, device, timeout, mode, new_skip or [], scratch
+                reference, candidate, device, limits, mode, new_skip or [], scratch
             )
             isolation = with_loosened(isolation, reasons, off=mode == "off")
     return result | {"isolation": confine.summary_line(isolation)}
@@ -157,12 +160,13 @@ def _run_child(
     reference: Path,
     candidate: Path,
     device: str,
-    timeout: float,
+    limits: tuple[float, float],
     mode: str,
     skip: list[str],
     shared_scratch: Path | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One run of the child (see ``run_old_check``): its result and the isolation report.
+    ``limits``: the trial timeout and the first trial's compile allowance.
 
     The child gets a scratch folder as its only writable place (its own, removed when its
     whole tree is gone, unless ``shared_scratch`` is given) and dies when the judge does:
@@ -200,7 +204,7 @@ def _run_child(
     try:
         if isolation is None:
             isolation = read_launcher_report(report_fd, lambda: tail(log_path, 300))
-        return _await_result(process, read_fd, log_path, timeout), isolation
+        return _await_result(process, read_fd, log_path, *limits), isolation
     finally:
         os.close(read_fd)
         if report_fd >= 0:
@@ -225,18 +229,24 @@ def _stop(process: subprocess.Popen[bytes], *, confined: bool) -> None:
 
 
 def _await_result(
-    process: subprocess.Popen[bytes], read_fd: int, log_path: Path, timeout: float
+    process: subprocess.Popen[bytes],
+    read_fd: int,
+    log_path: Path,
+    timeout: float,
+    compile_timeout: float = 0.0,
 ) -> dict[str, Any]:
-    """Read the child's progress and result from the pipe, within the phase's deadline."""
+    """Read the child's progress and result from the pipe, within the phase's deadline
+    (the first trial's is ``compile_timeout`` longer: a first forward builds)."""
     phase, buffer, result = "startup", b"", None
+    allowance = {"startup": LOAD_TIMEOUT}  # seconds of the phase now running
+    trials_seen = 0
     deadline = time.monotonic() + LOAD_TIMEOUT
     while result is None:
         left = deadline - time.monotonic()
         if left <= 0:
             in_trial = phase.startswith("trial")
             return _rejected(
-                f"timed out in {phase} (no answer within "
-                f"{timeout if in_trial else LOAD_TIMEOUT:g} s)",
+                f"timed out in {phase} (no answer within {allowance[phase]:g} s)",
                 compiled=in_trial,
                 trials={"trials": NUM_CORRECT_TRIALS},
             )
@@ -261,6 +271,10 @@ def _await_result(
             if isinstance(message.get("phase"), str):
                 phase = message["phase"][:40]
                 limit = timeout if phase.startswith("trial") else LOAD_TIMEOUT
+                if phase.startswith("trial"):
+                    trials_seen += 1
+                    limit += compile_timeout if trials_seen == 1 else 0.0
+                allowance[phase] = limit
                 deadline = time.monotonic() + limit
     if result is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -37,6 +37,7 @@ from kernelgate.audit.store import STORE_NAME, ResultStore
 from kernelgate.errors import KernelgateError
 from kernelgate.formats.corpus import CorpusRecord, detect_format, read_corpus
 from kernelgate.gates import GATE_IDS
+from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 
 
 @dataclass
@@ -163,6 +164,7 @@ def run_audit(
     rejudge_records: tuple[str, ...] = (),
     limit: int | None = None,
     timeout: float = 60.0,
+    compile_timeout: float = DEFAULT_COMPILE_TIMEOUT,
     seed: int = 0,
     only: Sequence[str] | None = None,
     host_memory_gib: float | None = None,
@@ -214,6 +216,8 @@ def run_audit(
             "problems": str(problems.resolve()) if problems else None,
             "device": device,
             "timeout": timeout,
+            # seconds of building each record's verification may spend (compile_budget.py)
+            "compile_timeout": compile_timeout,
             "seed": seed,
             # the gates every row ran (None: all): a resume with another selection is refused
             "only": list(selected) if selected else None,
@@ -250,6 +254,7 @@ def run_audit(
                 resolved_format=resolved_format,
                 device=device,
                 timeout=timeout,
+                compile_timeout=compile_timeout,
                 seed=seed,
                 only=selected,
                 retry_errors=retry_errors,
@@ -296,6 +301,7 @@ def _judge_and_report(
     resolved_format: str,
     device: str,
     timeout: float,
+    compile_timeout: float,
     seed: int,
     only: tuple[str, ...] | None,
     retry_errors: bool,
@@ -334,7 +340,12 @@ def _judge_and_report(
             AuditPlan(len(records), len(records) - len(todo), resolved_format, pool.description)
         )
     options = AuditOptions(
-        str(out_dir.resolve()), device=device, timeout=timeout, seed=seed, only=only
+        str(out_dir.resolve()),
+        device=device,
+        timeout=timeout,
+        compile_timeout=compile_timeout,
+        seed=seed,
+        only=only,
     )
     interruption.check()
     if todo:

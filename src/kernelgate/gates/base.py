@@ -31,7 +31,7 @@ from kernelgate.contract.spec import (
     OutputKind,
     OutputSpec,
 )
-from kernelgate.errors import CandidateLoadError
+from kernelgate.errors import CandidateBuildError, CandidateLoadError
 from kernelgate.inputs.distributions import draw, fold_into_range, impose_structure
 from kernelgate.inputs.integers import draw_in_domain, index_bound
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
@@ -244,6 +244,8 @@ class GateContext:
         self._spare: WorkerSession | None = None  # a worker started ahead (``fresh_instance``)
         # what confined each fresh instance's worker (sandbox/confine.py), for the verdict
         self.isolations: list[dict[str, Any]] = []
+        # what each fresh instance spent on building (``WorkerSession.compile_paid``)
+        self.fresh_compile_paid: list[dict[str, Any]] = []
 
     # -- cases ----------------------------------------------------------------------------
     def case_seed(self, gate_id: str, index: int) -> int:
@@ -795,16 +797,20 @@ class GateContext:
         if prefetch:
             self.prefetch_instance()
         label = f"fresh instance (clock mode {clock_mode})"
+        session.compile_context = f"{gate_id} {label}"
         try:
             if self.trace is not None:
                 self.trace(f"{self.gate_id} {label} starting ...")
             try:
                 session.start()
+            except CandidateBuildError:
+                raise  # a build that failed or ran out of budget: the load stage's result
             except CandidateLoadError as exc:
                 self._incident(gate_id, label, 0, ExecutionIncident("exception", str(exc)))
             yield session
         finally:
             self.session.kernels.extend(session.kernels)
+            self.fresh_compile_paid.extend(session.compile_paid)
             session.close(wait=False)  # its exit overlaps the next gate (settled by verify)
             session.__exit__(None, None, None)
             if session.isolation is not None:
@@ -819,6 +825,9 @@ class GateContext:
             device=main.device,
             timeout=main.timeout,
             load_timeout=main.load_timeout,
+            # one compile budget for the verification: a fresh instance spends what is left
+            compile_timeout=main.compile_timeout,
+            compile_budget=main.budget,
             # one scratch folder per verification: the same candidate's caches (Triton's,
             # a torch extension's build) are built once; the main session removes it
             scratch=main.scratch_folder(),

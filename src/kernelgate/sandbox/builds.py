@@ -16,6 +16,10 @@ not remembered: it might succeed the next time.
 
 The record lives in the candidate's own scratch folder, which the candidate can write: it can
 only make its own later builds fail, which it could do anyway.
+
+``report_builds`` makes the same hooks, and one around Triton's compile of a kernel that is
+not in its cache, tell the judge when a build starts and ends (``sandbox/compile_budget.py``):
+the judge then charges the time to the compile budget instead of the call's deadline.
 """
 
 from __future__ import annotations
@@ -25,11 +29,14 @@ import hashlib
 import importlib.abc
 import os
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 RECORD_PREFIX = "kernelgate-failed-build-"
 EXTENSION_MODULE = "torch.utils.cpp_extension"
+TRITON_JIT_MODULE = "triton.runtime.jit"
 # Output of a build that may well succeed when tried again (not a compiler's verdict).
 TRANSIENT_MARKERS = ("Killed", "killed by signal", "interrupted by", "out of memory", "No space")
 
@@ -70,19 +77,99 @@ def remember_failed_builds() -> None:
     """Replay failed builds (``_wrap_build``) from the moment torch's extension builder is
     imported: now if it already is, else when the candidate imports it (importing it here
     would cost every worker setuptools' import, ~0.15 s, most candidates building nothing)."""
-    module = sys.modules.get(EXTENSION_MODULE)
+    _wrap_when_imported(EXTENSION_MODULE)
+
+
+# -- build events, for the judge's compile budget --------------------------------------------
+
+_reporter: Callable[[dict[str, Any]], None] | None = None
+_reporting = threading.Lock()  # Triton may compile on worker threads (its async mode)
+
+
+def report_builds(reporter: Callable[[dict[str, Any]], None] | None) -> None:
+    """Send ``{"event": "build", "phase": "start" | "end", "what", "ok"}`` to ``reporter``
+    around every extension build (torch's ``_jit_compile``) and Triton compile from now on
+    (each hooked when its module is imported); None stops reporting."""
+    global _reporter
+    _reporter = reporter
+    if reporter is not None:
+        _wrap_when_imported(EXTENSION_MODULE)
+        _wrap_when_imported(TRITON_JIT_MODULE)
+
+
+def _emit(event: dict[str, Any]) -> None:
+    reporter = _reporter
+    if reporter is None:
+        return
+    with _reporting, contextlib.suppress(OSError):  # a judge gone away ends the worker anyway
+        reporter({"event": "build", **event})
+
+
+@contextlib.contextmanager
+def building(what: str) -> Iterator[None]:
+    """Report a build of ``what`` to the judge while the block runs."""
+    _emit({"phase": "start", "what": what})
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        _emit({"phase": "end", "what": what, "ok": ok})
+
+
+def _wrap_jit_compile(cpp_extension: Any) -> None:
+    """Report torch's JIT extension builds (``load``, ``load_inline``): the compile, the
+    wait for another process building the same folder, and the import of the result."""
+    compile_ = getattr(cpp_extension, "_jit_compile", None)
+    if compile_ is None or getattr(compile_, "_kernelgate_reports", False):
+        return
+
+    def jit_compile(name: Any, *args: Any, **kwargs: Any) -> Any:
+        with building(f"torch extension {name}"):
+            return compile_(name, *args, **kwargs)
+
+    jit_compile._kernelgate_reports = True  # type: ignore[attr-defined]
+    cpp_extension._jit_compile = jit_compile
+
+
+def _wrap_triton_compile(jit: Any) -> None:
+    """Report Triton's compiles of a kernel its in-memory cache does not hold (the disk
+    cache's hits go by fast, and are reported all the same)."""
+    cls = getattr(jit, "JITFunction", None)
+    do_compile = getattr(cls, "_do_compile", None)
+    if do_compile is None or getattr(do_compile, "_kernelgate_reports", False):
+        return
+
+    def compile_kernel(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with building(f"triton kernel {getattr(self, '__name__', '?')}"):
+            return do_compile(self, *args, **kwargs)
+
+    compile_kernel._kernelgate_reports = True  # type: ignore[attr-defined]
+    cls._do_compile = compile_kernel
+
+
+def _wrap_when_imported(name: str) -> None:
+    """Apply ``_WRAPS[name]`` (each wraps once: installing twice is harmless) now if the
+    module is imported, else when it is: reporting is applied only while a reporter is set."""
+    module = sys.modules.get(name)
     if module is not None:
-        _wrap_build(module)
+        _apply_wraps(name, module)
     elif not any(isinstance(finder, _WrapOnImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _WrapOnImport())
 
 
+def _apply_wraps(name: str, module: Any) -> None:
+    for wrap in _WRAPS.get(name, ()):
+        if wrap is _wrap_build or _reporter is not None:
+            wrap(module)
+
+
 class _WrapOnImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when torch's extension builder is imported, it lets the other
-    finders load it and wraps its build function once the module has run."""
+    """Finds nothing itself: when a module of ``_WRAPS`` is imported, it lets the other
+    finders load it and wraps its functions once the module has run."""
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != EXTENSION_MODULE:
+        if name not in _WRAPS:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -103,7 +190,7 @@ class _WrappingLoader(importlib.abc.Loader):
 
     def exec_module(self, module: Any) -> None:
         self.loader.exec_module(module)
-        _wrap_build(module)
+        _apply_wraps(module.__name__, module)
 
 
 def _wrap_build(cpp_extension: Any) -> None:
@@ -129,3 +216,10 @@ def _wrap_build(cpp_extension: Any) -> None:
 
     run_ninja_build._kernelgate_remembers = True  # type: ignore[attr-defined]
     cpp_extension._run_ninja_build = run_ninja_build
+
+
+# What is wrapped in each module when it is imported (``_wrap_when_imported``).
+_WRAPS: dict[str, tuple[Callable[[Any], None], ...]] = {
+    EXTENSION_MODULE: (_wrap_build, _wrap_jit_compile),
+    TRITON_JIT_MODULE: (_wrap_triton_compile,),
+}

@@ -27,16 +27,24 @@ import torch
 
 import kernelgate
 from kernelgate import bytecode
-from kernelgate.errors import CandidateLoadError
+from kernelgate.errors import CandidateBuildError, CandidateLoadError
 from kernelgate.sandbox import confine, cuda_ipc, wire
 from kernelgate.sandbox.clocks import ChoicePoint, parse_choice_points
+from kernelgate.sandbox.compile_budget import (
+    BUILD_EVENT,
+    DEFAULT_COMPILE_TIMEOUT,
+    CallClock,
+    CompileBudget,
+)
 
 
 @dataclass
 class ExecutionIncident(Exception):
     """The candidate did not return normally from a call."""
 
-    kind: str  # "exception" | "timeout" | "crash" | "exit" | "device-fault" | "protocol"
+    # "exception" | "timeout" | "crash" | "exit" | "device-fault" | "protocol", or
+    # "build-timeout" (a build ran past the compile budget: a load-stage result)
+    kind: str
     detail: str
     log_tail: str = ""
 
@@ -61,6 +69,15 @@ class WorkerSession:
     device: str = "cpu"
     timeout: float = 60.0
     load_timeout: float = 600.0
+    # Seconds of building (sandbox/compile_budget.py) on top of the deadlines above: a
+    # session's own budget unless ``compile_budget`` is given, shared by every worker of one
+    # verification (fresh instances take the main session's).
+    compile_timeout: float = DEFAULT_COMPILE_TIMEOUT
+    compile_budget: CompileBudget | None = None
+    # What each exchange that built or overflowed spent (``CallClock.record``), labelled
+    # with ``compile_context`` (the gate or phase the judge was in), for the evidence.
+    compile_paid: list[dict[str, Any]] = field(default_factory=list)
+    compile_context: str = "load"
     calls: int = 0
     starts: int = 0
     calls_since_start: int = 0  # calls made of the live worker (1: its first)
@@ -101,6 +118,7 @@ class WorkerSession:
     data_path_note: str = ""
     _ipc_refused: bool = field(default=False, repr=False)
     _mappings: cuda_ipc.Mappings | None = field(default=None, repr=False)
+    _last_clock: CallClock | None = field(default=None, repr=False)  # see ``_exchange``
 
     # -- life cycle -----------------------------------------------------------------------
     def spawn(self) -> None:
@@ -239,16 +257,18 @@ class WorkerSession:
         if self.clock_mode:
             header["clock_mode"] = self.clock_mode
         try:
-            reply, _ = self._exchange(header, blobs, self.load_timeout)
+            reply, _ = self._exchange(header, blobs, self.load_timeout, op="load")
         except ExecutionIncident as incident:
             self.close()
-            raise CandidateLoadError(
-                f"candidate {self.candidate} could not be loaded: {incident}"
-            ) from None
+            error = CandidateBuildError if incident.kind == "build-timeout" else CandidateLoadError
+            raise error(f"candidate {self.candidate} could not be loaded: {incident}") from None
         if not reply.get("ok"):
             self.close()
-            raise CandidateLoadError(
-                f"candidate {self.candidate} failed to load: {reply.get('error', 'unknown error')}"
+            failed = self._failed_builds()
+            error = CandidateBuildError if failed else CandidateLoadError
+            raise error(
+                f"candidate {self.candidate} failed to load{failed}: "
+                f"{reply.get('error', 'unknown error')}"
             )
         self._loaded = True
 
@@ -374,9 +394,10 @@ class WorkerSession:
         values = self.init_inputs if key is None or init_inputs is None else init_inputs
         blobs: list[bytes] = []
         header = {"op": "construct", "init_inputs": wire.encode_value(values, blobs)}
-        reply, _ = self._exchange(header, blobs, self.timeout)
+        reply, _ = self._building_exchange(header, blobs, op="construct")
         if not reply.get("ok"):
             self._built_for = "?"  # unknown state: rebuild on the next request
+            self._raise_if_build_failed(reply, "ModelNew(*init_inputs)")
             raise ExecutionIncident(
                 "exception",
                 f"ModelNew(*init_inputs) raised: {reply.get('error')}",
@@ -446,11 +467,16 @@ class WorkerSession:
         self.calls_since_start += 1
         started = time.monotonic()
         try:
-            reply, reply_blobs = self._exchange(header, blobs, self.timeout)
+            # a fresh instance's first call may build what no hook reports: its time past
+            # the deadline is compile time (sandbox/compile_budget.py)
+            reply, reply_blobs = self._building_exchange(
+                header, blobs, op="call", overflow=self.calls_since_start == 1
+            )
         finally:
             staging.release()  # the worker copied its inputs before it ran anything
         seconds = time.monotonic() - started
         if not reply.get("ok"):
+            self._raise_if_build_failed(reply, "the call")
             kind = "device-fault" if reply.get("device_fault") else "exception"
             raise ExecutionIncident(kind, str(reply.get("error")), str(reply.get("traceback", "")))
         read = self._reader
@@ -532,23 +558,80 @@ class WorkerSession:
 
         return carry
 
-    def _exchange(
-        self, header: dict[str, Any], blobs: list[bytes], timeout: float
+    @property
+    def budget(self) -> CompileBudget:
+        """The compile budget this session's builds are charged to (made on first use)."""
+        if self.compile_budget is None:
+            self.compile_budget = CompileBudget(self.compile_timeout)
+        return self.compile_budget
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds this session's workers spent building (or overflowing into the budget)."""
+        return round(sum(p["compile_seconds"] for p in self.compile_paid), 3)
+
+    def _failed_builds(self) -> str:
+        """ " (the build of X failed)" when the last exchange saw a build fail, else ""."""
+        clock = self._last_clock
+        if clock is None or not clock.failed_builds:
+            return ""
+        return f" (the build of {', '.join(clock.failed_builds[:3])} failed)"
+
+    def _raise_if_build_failed(self, reply: dict[str, Any], what: str) -> None:
+        """A request that failed after a build failed in it is a load-stage result."""
+        failed = self._failed_builds()
+        if failed:
+            raise CandidateBuildError(
+                f"candidate {self.candidate}: {what} raised{failed}: {reply.get('error')}"
+            )
+
+    def _building_exchange(
+        self, header: dict[str, Any], blobs: list[bytes], *, op: str, overflow: bool = False
     ) -> tuple[dict[str, Any], list[bytes]]:
-        deadline = time.monotonic() + timeout
+        """``_exchange`` of a request that may build: a build that runs the compile budget
+        out is a ``CandidateBuildError`` (load stage), not an execution incident."""
+        try:
+            return self._exchange(header, blobs, self.timeout, op=op, overflow=overflow)
+        except ExecutionIncident as incident:
+            if incident.kind != "build-timeout":
+                raise
+            raise CandidateBuildError(f"candidate {self.candidate}: {incident.detail}") from None
+
+    def _exchange(
+        self,
+        header: dict[str, Any],
+        blobs: list[bytes],
+        timeout: float,
+        *,
+        op: str | None = None,
+        overflow: bool = False,
+    ) -> tuple[dict[str, Any], list[bytes]]:
+        """Send one request and wait for its answer, within ``timeout`` seconds of time not
+        spent building; build events on the way move the clock to the compile budget
+        (``CallClock``). ``op`` names the request in ``compile_paid``."""
+        clock = CallClock(timeout, self.budget, overflow=overflow)
+        self._last_clock = clock
         try:
             wire.send_frame(self._to_worker, header, blobs)
-            return wire.recv_frame(self._from_worker, deadline)
+            while True:
+                reply, reply_blobs = wire.recv_frame(self._from_worker, clock.deadline())
+                if reply.get("event") != BUILD_EVENT:
+                    break
+                clock.event(reply)
+            return reply, reply_blobs
         except wire.PeerTimeout:
+            kind, detail = clock.expiry()
             self._kill_current()
-            raise ExecutionIncident(
-                "timeout", f"no answer within {timeout:g} s (hang or runaway); worker killed"
-            ) from None
+            raise ExecutionIncident(kind, detail) from None
         except (wire.PeerGone, BrokenPipeError):
             raise self._death() from None
         except wire.WireError as exc:
             self._kill_current()
             raise ExecutionIncident("protocol", str(exc)) from None
+        finally:
+            paid = clock.record(op or str(header.get("op")))
+            if paid is not None:
+                self.compile_paid.append(paid | {"at": self.compile_context})
 
     def _death(self) -> ExecutionIncident:
         process = self._process

@@ -23,7 +23,7 @@ import torch  # noqa: E402
 
 from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E402
 from kernelgate.sandbox import cuda_ipc, wire  # noqa: E402
-from kernelgate.sandbox.builds import remember_failed_builds  # noqa: E402
+from kernelgate.sandbox.builds import remember_failed_builds, report_builds  # noqa: E402
 from kernelgate.sandbox.clocks import ClockMode, Clocks  # noqa: E402
 from kernelgate.sandbox.poison import PoisonAllocator, flood_device_cache  # noqa: E402
 from kernelgate.sandbox.resources import CompileServer, LaunchRecorder  # noqa: E402
@@ -152,6 +152,9 @@ class Worker:
                 self.compiler = CompileServer(close_fds=(self.fd_in, self.fd_out))
             self.recorder.install(interpreter=interpreter)
             remember_failed_builds()  # a build that failed in an earlier worker fails at once
+            # builds tell the judge they run, so that it charges them to the compile budget
+            fd_out = self.fd_out
+            report_builds(lambda event: _send(fd_out, event))
             if self.device.type == "cuda":
                 self.side_streams.install()
             path = header["candidate"]

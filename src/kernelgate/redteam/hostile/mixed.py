@@ -570,6 +570,7 @@ def run_mixed_audit(
     try:
         arguments = ["audit", str(corpus.corpus), "--out", str(corpus.out)]
         arguments += ["--format", "cuda-l1", "--device", device, "--timeout", f"{timeout:g}"]
+        arguments += ["--compile-timeout", f"{timeout:g}"]  # hangs end fast; nothing builds
         arguments += ["--workers", str(workers)]
         log = corpus.root / "audit.log"
         with open(log, "wb") as sink:

@@ -483,6 +483,10 @@ def run_judge(
     arguments += [
         "--timeout",
         f"{attack.judge_timeout:g}",
+        # a hang on the first call would otherwise overflow into the default compile
+        # budget (15 min): the attacks build nothing
+        "--compile-timeout",
+        f"{attack.judge_timeout:g}",
         "--json",
         evidence or files.arena.evidence,
     ]
