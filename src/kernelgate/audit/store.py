@@ -17,12 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from kernelgate.errors import KernelgateError
+from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 
 STORE_NAME = "audit.sqlite"
 STORE_SCHEMA = "kernelgate.audit-store/1"
 # Settings that describe a store without deciding its rows: a store carried to another
 # machine (where the corpus has another absolute path) still resumes.
 INFORMATIONAL_SETTINGS = frozenset({"source"})
+# Settings that arrived after stores were first written, as a store that lacks them reads:
+# their default. An audit begun before ``--compile-timeout`` existed resumes with the
+# default budget (and is refused with any other), instead of being refused outright.
+SETTINGS_ADDED_LATER: dict[str, object] = {"compile_timeout": DEFAULT_COMPILE_TIMEOUT}
 # How often a running audit stamps its run as alive: a run killed at a deadline (SIGKILL) has
 # no end of its own, and one whose judges were all still busy has no last row either.
 HEARTBEAT_SECONDS = 30.0
@@ -79,6 +84,8 @@ class ResultStore:
         out_dir.mkdir(parents=True, exist_ok=True)
         store = cls(path)
         recorded = store.settings()
+        if recorded:
+            recorded = SETTINGS_ADDED_LATER | recorded
         changed = sorted(
             k
             for k in (settings.keys() | recorded.keys()) - INFORMATIONAL_SETTINGS
