@@ -1,0 +1,1 @@
+"""One module per static rule; the registry is ``kernelgate.static.RULES``."""
