@@ -31,7 +31,7 @@ def test_verified_exits_zero_and_writes_evidence(tmp_path: Path) -> None:
     )
     assert statuses["CMP-01"] == statuses["EXC-01"] == statuses["MEM-01"] == "pass"
     assert set(evidence["tolerance_free"]) | set(evidence["thresholded"]) == set(GATE_IDS)
-    assert evidence["contract"]["schema"] == "kernelgate.contract/3"
+    assert evidence["contract"]["schema"] == "kernelgate.contract/4"
     assert evidence["environment"]["triton_interpreter"] is True
     assert "EXC-01" in evidence["tolerance_free"] and "CMP-01" in evidence["thresholded"]
 

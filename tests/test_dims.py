@@ -226,7 +226,7 @@ def test_contract_schema_1_files_still_read(tmp_path: Path) -> None:
     path = tmp_path / "old.json"
     path.write_text(json.dumps(old))
     contract = load_contract(path)
-    assert contract.schema == CONTRACT_SCHEMA == "kernelgate.contract/3"
+    assert contract.schema == CONTRACT_SCHEMA == "kernelgate.contract/4"
     assert contract.dims[0].fixed_because is None and contract.dims[0].probes is None
     path.write_text(json.dumps({**old, "schema": "kernelgate.contract/0"}))
     with pytest.raises(ContractError, match="contract/0"):

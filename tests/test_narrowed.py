@@ -53,7 +53,7 @@ def test_cli_narrows_contiguous_only_kernel_to_contiguous_layouts(tmp_path: Path
     evidence = json.loads(out.read_text())
     assert evidence["verdict"] == "narrowed" and evidence["failed_gates"] == ["CMP-02"]
     domain = evidence["verified_domain"]
-    assert domain["contract"]["schema"] == "kernelgate.contract/3"
+    assert domain["contract"]["schema"] == "kernelgate.contract/4"
     assert domain["contract"]["inputs"][0]["layouts"] == ["contiguous", "offset"]
     assert domain["rests_on"] == ["CMP-02"]
     assert "CMP-02" in evidence["thresholded"] and "MEM-01" in evidence["tolerance_free"]

@@ -135,6 +135,22 @@ def verify_command(
             "initcheck (device mode; RES-01)",
         ),
     ] = False,
+    forbid: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--forbid",
+            help="a callable or module the candidate must not use (torch.topk, fla.ops.kda; "
+            "repeatable; FORBID-01, on top of the contract's rules.forbidden)",
+        ),
+    ] = None,
+    hard_static: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--hard-static",
+            help="a static rule whose findings reject instead of flagging (STATIC-TIMING, ...; "
+            "repeatable; docs/rules.md)",
+        ),
+    ] = None,
 ) -> None:
     """Verify CANDIDATE against REFERENCE and print the gates and the verdict (with --json,
     the evidence's SHA-256 too: `sha256sum FILE` must print the same; docs/security.md)."""
@@ -161,13 +177,17 @@ def verify_command(
             only=only,
             on_gate=on_gate,
             sanitize=sanitize,
+            forbid=forbid or (),
+            hard_static=hard_static or (),
         )
     # Every worker of the verification, and whatever its candidate left running, is gone
     # now (``worker_tree_settled``): nothing of the candidate's can rewrite the evidence.
     console.print(gate_table(verdict))
+    for line in static_lines(verdict):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     digest = write_evidence(json_out, verdict.to_json(), settled) if json_out else None
     style = VERDICT_STYLE[verdict.verdict]
-    failed = ", ".join(verdict.failed_gates)
+    failed = ", ".join(verdict.failed_gates + verdict.failed_rules)
     console.print(
         f"verdict: [{style}]{verdict.verdict.value}[/]"
         + (f" (failed: {failed})" if failed else "")
@@ -198,6 +218,17 @@ def verify_command(
             soft_wrap=True,
         )
     raise typer.Exit(EXIT_CODES[verdict.verdict])
+
+
+def static_lines(verdict: Verdict) -> list[str]:
+    """The static findings and failed rules, one line each (the --json evidence has all)."""
+    lines = [f"static {f.severity.value}: {f.rule} {f.where}: {f.message}" for f in verdict.static]
+    lines += [
+        f"rule {r.id} failed: {r.message} (at {', '.join(r.where) or '-'})"
+        for r in verdict.rules
+        if r.status is Status.FAIL
+    ]
+    return lines
 
 
 def write_evidence(path: Path, text: str, settled: SettledTree) -> str:

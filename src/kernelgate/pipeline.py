@@ -32,6 +32,7 @@ from kernelgate.sandbox import confine
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
 from kernelgate.sandbox.wire import UnsupportedDtype
+from kernelgate.static import Finding, RuleResult, StaticPolicy, analyse, rule_results
 from kernelgate.verdict import Outcome, Verdict, combine, environment
 
 DEFAULT_TIMEOUT = 60.0
@@ -87,6 +88,8 @@ def verify(
     trace: Callable[[str], None] | None = None,
     scratch: Path | None = None,
     session: WorkerSession | None = None,
+    forbid: Sequence[str] = (),
+    hard_static: Sequence[str] = (),
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -109,6 +112,10 @@ def verify(
     of ``timeout`` (sandbox/compile_budget.py); a build that fails or runs past it raises
     ``CandidateBuildError`` (a load-stage result). The verdict's ``compile_seconds`` says
     what was spent, ``compile`` who paid it.
+    ``forbid``: names forbidden on top of the contract's ``rules.forbidden`` (FORBID-01);
+    ``hard_static``: static rules whose findings reject, on top of the contract's
+    ``rules.hard_static``. The static layer reads the candidate's files before the worker
+    loads it (``static_evidence``); its findings and the rules go into the verdict.
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -151,6 +158,15 @@ def verify(
     except BaseException:
         session.close()
         raise
+    try:
+        findings, rules = static_evidence(candidate, contract, forbid, hard_static)
+    except BaseException:
+        session.close()
+        raise
+    for name in forbid:  # a replay judges by the same rules
+        replay += ["--forbid", name]
+    for rule_id in hard_static:
+        replay += ["--hard-static", rule_id]
     if sanitize:
         replay.append("--sanitize")
     try:
@@ -198,7 +214,7 @@ def verify(
         # A derived contract checked the reference's inputs and outputs; a contract given
         # by hand did not, and the first encoding of such a value (a gate's) lands here.
         raise UnsupportedDtypeError(f"a value of the reference: {exc}") from None
-    outcome, skipped = combine(results)
+    outcome, skipped = combine(results, rules)
     narrowed_to = (
         narrowed_domain(contract, results) if outcome is Outcome.NARROWED else None
     )  # the sub-domain in contract form, for a dispatcher
@@ -221,7 +237,29 @@ def verify(
         verified_domain=narrowed_to,
         compile_seconds=round(session.budget.spent, 3),
         compile=compile_evidence(session, ctx.fresh_compile_paid),
+        static=findings,
+        rules=rules,
     )
+
+
+def static_evidence(
+    candidate: str | Path,
+    contract: Contract,
+    forbid: Sequence[str] = (),
+    hard_static: Sequence[str] = (),
+) -> tuple[list[Finding], list[RuleResult]]:
+    """The static layer's findings over ``candidate`` and the rules they decide, under the
+    contract's ``rules`` policy widened by the options. Reads files only: the candidate is
+    neither imported nor run. (FORBID-01's dynamic half, in the worker, would take the same
+    ``forbidden`` tuple and add its call sites to the same rule entry.)"""
+    forbidden = tuple(dict.fromkeys([*contract.rules.forbidden, *forbid]))
+    hard = frozenset([*contract.rules.hard_static, *hard_static])
+    float32 = any("float32" in spec.dtypes for spec in contract.tensor_inputs)
+    try:
+        findings = analyse(candidate, StaticPolicy(forbidden, hard, float32))
+    except ValueError as exc:  # an unknown rule id in the policy: a usage error
+        raise KernelgateError(str(exc)) from None
+    return findings, rule_results(findings, forbidden, hard)
 
 
 def compile_evidence(session: WorkerSession, fresh: list[dict[str, Any]]) -> dict[str, Any]:

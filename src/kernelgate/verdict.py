@@ -11,8 +11,11 @@ from typing import Any
 
 from kernelgate.gates.base import GateKind, GateResult, Status
 from kernelgate.serde import Serializable
+from kernelgate.static import Finding, RuleResult
 
-VERDICT_SCHEMA = "kernelgate.verdict/1"
+# /2 (issue 21) adds ``static`` (the static layer's findings), ``rules`` (the rules beside
+# the gates: {id, status, message, where}) and ``failed_rules``; a failed rule rejects.
+VERDICT_SCHEMA = "kernelgate.verdict/2"
 
 
 class Outcome(StrEnum):
@@ -37,11 +40,19 @@ class Verdict(Serializable):
     # who paid them (pipeline.compile_evidence): sandbox/compile_budget.py
     compile_seconds: float = 0.0
     compile: dict[str, Any] = field(default_factory=dict)
+    # The static layer's findings (flags and hard), and the rules beside the gates; a rule
+    # with status fail rejects the verdict while the gates' results stay as they are.
+    static: list[Finding] = field(default_factory=list)
+    rules: list[RuleResult] = field(default_factory=list)
     schema: str = VERDICT_SCHEMA
 
     @property
     def failed_gates(self) -> list[str]:
         return [g.id for g in self.gates if g.status is Status.FAIL]
+
+    @property
+    def failed_rules(self) -> list[str]:
+        return [r.id for r in self.rules if r.status is Status.FAIL]
 
     def gate(self, gate_id: str) -> GateResult:
         return next(g for g in self.gates if g.id == gate_id)
@@ -51,11 +62,17 @@ class Verdict(Serializable):
         data["tolerance_free"] = [g.id for g in self.gates if g.kind is GateKind.EXACT]
         data["thresholded"] = [g.id for g in self.gates if g.kind is GateKind.THRESHOLDED]
         data["failed_gates"] = self.failed_gates
+        data["failed_rules"] = self.failed_rules
         return data
 
 
-def combine(gates: list[GateResult]) -> tuple[Outcome, list[str]]:
+def combine(gates: list[GateResult], rules: list[RuleResult] = ()) -> tuple[Outcome, list[str]]:
+    """The outcome and the skips. A failed rule rejects whatever the gates say: a kernel
+    that is numerically right but breaks a rule (a forbidden call) is not accepted, and
+    is not narrowed either, since no sub-domain mends a rule."""
     skipped = [f"{g.id}: {g.reason}" for g in gates if g.status is Status.SKIPPED]
+    if any(r.status is Status.FAIL for r in rules):
+        return Outcome.REJECTED, skipped
     if any(g.status is Status.FAIL for g in gates):
         # Only layout/shape failures with a stated passing sub-domain narrow (see domain.py).
         from kernelgate.domain import narrowable

@@ -181,6 +181,9 @@ def base_row(record: CorpusRecord) -> dict[str, Any]:
         "stage": None,
         "reason": None,
         "failed_gates": [],
+        # the static layer's rule ids (one per finding, sorted) and the rules that failed
+        "static_findings": [],
+        "failed_rules": [],
         "gates": [],
         "skipped": [],
         "contract": None,
@@ -619,6 +622,8 @@ def judge_record(
             "verdict": verdict.verdict.value,
             "stage": "gates",
             "failed_gates": verdict.failed_gates,
+            "static_findings": sorted(f.rule for f in verdict.static),
+            "failed_rules": verdict.failed_rules,
             "gates": [
                 {
                     "id": gate.id,

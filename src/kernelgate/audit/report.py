@@ -91,10 +91,11 @@ def _matrix(rows: list[dict[str, Any]], field: str) -> dict[str, int]:
 
 
 def defects(row: dict[str, Any]) -> list[str]:
-    """Why the contract rejected a record: its failed gates, or ``load``."""
+    """Why the contract rejected a record: its failed gates and rules, or ``load``."""
     if row["verdict"] != "rejected":
         return []
-    return list(row["failed_gates"]) or ([row["stage"]] if row.get("stage") else ["other"])
+    failed = list(row["failed_gates"]) + list(row.get("failed_rules", []))
+    return failed or ([row["stage"]] if row.get("stage") else ["other"])
 
 
 def throughput(runs: list[dict[str, Any]], records: int) -> dict[str, Any]:
@@ -221,6 +222,7 @@ def summarize(
         ),
     }
     old_compiled = [r for r in rows if r["old_check_detail"].get("compiled") is not None]
+    static = static_summary(rows)
     return {
         "schema": SUMMARY_SCHEMA,
         "settings": settings,
@@ -272,6 +274,7 @@ def summarize(
         },
         "throughput": throughput(list(runs), len(rows)),
         "coverage": coverage,
+        "static": static,
         # which kernelgate source (audit.judge.code_digest) judged how many rows; rows of
         # stores written before the digest was recorded count as "unrecorded"
         "judged_with": dict(Counter(str(r.get("judged_with", "unrecorded")) for r in rows)),
@@ -286,6 +289,7 @@ def summarize(
                 "stage": r.get("stage"),
                 "only": r.get("only", settings.get("only")),
                 "failed_gates": r["failed_gates"],
+                "failed_rules": r.get("failed_rules", []),
                 "reason": local(r.get("reason")),
                 "seconds": r["seconds"],
                 "replay": local(r.get("replay")),
@@ -397,6 +401,29 @@ def _seconds(value: float | None) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def static_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per rule id: records with a static finding of it, findings in all, records it failed.
+    Rows of stores written before the static layer carry none (counted in ``rows_without``).
+    """
+    judged = [r for r in rows if "static_findings" in r and r.get("stage") == "gates"]
+    records: Counter[str] = Counter()
+    findings: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
+    for row in judged:
+        findings.update(row["static_findings"])
+        records.update(set(row["static_findings"]))
+        failed.update(row.get("failed_rules", []))
+    ids = sorted(set(records) | set(failed))
+    return {
+        "judged": len(judged),
+        "rows_without": sum(1 for r in rows if r.get("stage") == "gates") - len(judged),
+        "rules": {
+            rule: {"records": records[rule], "findings": findings[rule], "failed": failed[rule]}
+            for rule in ids
+        },
+    }
 
 
 def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -586,6 +613,16 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
             ],
         ),
         (
+            "Static flags and rule failures (docs/rules.md; over "
+            f"{summary.get('static', {}).get('judged', 0)} judged records)",
+            ["rule", "records flagged", "findings", "records rejected by the rule"],
+            [
+                [rule, str(c["records"]), str(c["findings"]), str(c["failed"])]
+                for rule, c in summary.get("static", {}).get("rules", {}).items()
+            ]
+            or [["-", "0", "0", "0"]],
+        ),
+        (
             "Judged with (kernelgate source digest)",
             ["digest", "rows"],
             [[k, str(v)] for k, v in summary.get("judged_with", {}).items()],
@@ -602,12 +639,15 @@ def _rejected_entries(
     for row in summary["rows"]:
         if row["verdict"] != "rejected":
             continue
-        if row["failed_gates"]:
-            what = "failed " + ", ".join(row["failed_gates"])
+        rules = row.get("failed_rules", [])
+        if row["failed_gates"] or rules:
+            what = "failed " + ", ".join(row["failed_gates"] + rules)
             reasons = row.get("gate_reasons") or {}
             failures = [
                 (g, reasons.get(g) or "", row["gate_replays"].get(g) or row["replay"])
                 for g in row["failed_gates"]
+            ] + [
+                (rule, "a rule beside the gates (evidence: rules)", row["replay"]) for rule in rules
             ]
         else:
             stage = row["stage"] or "load"

@@ -14,12 +14,18 @@ from typing import Any
 
 from kernelgate.serde import Serializable
 
-CONTRACT_SCHEMA = "kernelgate.contract/3"
+CONTRACT_SCHEMA = "kernelgate.contract/4"
 # Older ids this reader still reads: /1 lacks only the dims' derivation fields (``Dim``'s
 # ``fixed_because``, ``restricted_because``, ``probes``), whose defaults say "not derived";
 # /2 lacks only the integer inputs' ``domain`` (None: the reference's own values, as /2
-# judged them) and the outputs' ``kind`` and ``indices`` (derived from the output dtype).
-READABLE_SCHEMAS = ("kernelgate.contract/1", "kernelgate.contract/2", CONTRACT_SCHEMA)
+# judged them) and the outputs' ``kind`` and ``indices`` (derived from the output dtype);
+# /3 lacks only ``rules`` (nothing forbidden, every static rule a flag, as /3 judged).
+READABLE_SCHEMAS = (
+    "kernelgate.contract/1",
+    "kernelgate.contract/2",
+    "kernelgate.contract/3",
+    CONTRACT_SCHEMA,
+)
 
 
 class Layout(StrEnum):
@@ -223,6 +229,20 @@ class ExecutionConstraints(Serializable):
 
 
 @dataclass
+class RulesPolicy(Serializable):
+    """The rules beside the gates that this contract puts in force (docs/rules.md).
+
+    ``forbidden``: callables and modules a kernel for this contract must not use, as dotted
+    names (``torch.topk``, ``fla.ops.kda``; a name forbids everything under it): FORBID-01.
+    ``hard_static``: static rule ids (``STATIC-TIMING``, ...) whose findings reject instead
+    of flagging. Declarative, like the rest of the contract: the same for every candidate.
+    """
+
+    forbidden: list[str] = field(default_factory=list)
+    hard_static: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Provenance(Serializable):
     """Where the contract came from, so a verdict can say what it rests on."""
 
@@ -240,6 +260,7 @@ class Contract(Serializable):
     postcondition: Postcondition
     execution: ExecutionConstraints = field(default_factory=ExecutionConstraints)
     provenance: Provenance = field(default_factory=lambda: Provenance("file", "unspecified"))
+    rules: RulesPolicy = field(default_factory=RulesPolicy)
     schema: str = CONTRACT_SCHEMA
 
     def dim(self, name: str) -> Dim:
