@@ -20,8 +20,10 @@ def test_verified_exits_zero_and_writes_evidence(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "verified" in result.stdout
     evidence = json.loads(out.read_text())
-    assert evidence["schema"] == "kernelgate.verdict/1"
+    assert evidence["schema"] == "kernelgate.verdict/2"
     assert evidence["verdict"] == "verified"
+    assert evidence["static"] == [] and evidence["failed_rules"] == []
+    assert [(r["id"], r["status"]) for r in evidence["rules"]] == [("FORBID-01", "skipped")]
     assert [g["id"] for g in evidence["gates"]] == list(GATE_IDS)
     statuses = {g["id"]: g["status"] for g in evidence["gates"]}
     # In CPU mode nothing may fail; a gate that cannot run says so (never a silent pass).
@@ -34,6 +36,30 @@ def test_verified_exits_zero_and_writes_evidence(tmp_path: Path) -> None:
     assert evidence["contract"]["schema"] == "kernelgate.contract/4"
     assert evidence["environment"]["triton_interpreter"] is True
     assert "EXC-01" in evidence["tolerance_free"] and "CMP-01" in evidence["thresholded"]
+
+
+def test_forbidden_call_rejects_with_the_gates_kept(tmp_path: Path) -> None:
+    out = tmp_path / "evidence.json"
+    result = kernelgate(
+        "verify",
+        REFERENCE,
+        str(SOFTMAX / "honest.py"),
+        "--only",
+        "CMP-01",
+        "--forbid",
+        "torch.empty_like",
+        "--json",
+        str(out),
+    )
+    assert result.returncode == 1, result.stderr
+    assert "rule FORBID-01 failed" in result.stdout
+    evidence = json.loads(out.read_text())
+    assert evidence["verdict"] == "rejected"
+    assert evidence["failed_rules"] == ["FORBID-01"] and evidence["failed_gates"] == []
+    (rule,) = evidence["rules"]
+    assert rule["status"] == "fail" and rule["where"] == ["honest.py:30"]
+    assert next(g for g in evidence["gates"] if g["id"] == "CMP-01")["status"] == "pass"
+    assert evidence["static"][0]["severity"] == "hard"
 
 
 def test_rejected_exits_one_with_counterexample(tmp_path: Path) -> None:
