@@ -136,3 +136,26 @@ def test_failed_rule_rejects_whatever_the_gates_say() -> None:
     passing = [GateResult("CMP-01", GateKind.THRESHOLDED, "values", Status.PASS, "ok")]
     assert combine(passing, rules)[0] is Outcome.REJECTED
     assert combine(passing, rule_results([], FORBID))[0] is Outcome.VERIFIED
+
+
+def test_audit_summary_counts_static_flags_and_rule_failures() -> None:
+    from kernelgate.audit.report import static_rows, static_summary
+
+    rows = [
+        {"stage": "gates", "static_findings": ["STATIC-IO", "STATIC-IO"], "failed_rules": []},
+        {
+            "stage": "gates",
+            "static_findings": ["FORBID-01", "STATIC-IO"],
+            "failed_rules": ["FORBID-01"],
+        },
+        {"stage": "gates"},  # a row of a store written before the static layer
+        {"stage": "load", "static_findings": ["STATIC-GRAPH"], "failed_rules": []},
+    ]
+    summary = static_summary(rows)
+    assert summary["judged"] == 2 and summary["rows_without"] == 1
+    assert summary["rules"]["STATIC-IO"] == {"records": 2, "findings": 3, "failed": 0}
+    assert summary["rules"]["FORBID-01"] == {"records": 1, "findings": 1, "failed": 1}
+    assert "STATIC-GRAPH" not in summary["rules"]  # not judged: not counted
+    table = static_rows({"static": summary})
+    assert ["FORBID-01", "1", "1", "1"] in table and ["STATIC-IO", "2", "3", "0"] in table
+    assert static_rows({}) == [["-", "0", "0", "0"]]  # a summary of an older store

@@ -426,6 +426,14 @@ def static_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def static_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """The static table's rows: rule, records flagged, findings, records it rejected."""
+    return [
+        [rule, str(c["records"]), str(c["findings"]), str(c["failed"])]
+        for rule, c in summary.get("static", {}).get("rules", {}).items()
+    ] or [["-", "0", "0", "0"]]
+
+
 def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of every table, shared by the Markdown and HTML documents."""
     m = summary["disagreement"]
@@ -616,11 +624,7 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
             "Static flags and rule failures (docs/rules.md; over "
             f"{summary.get('static', {}).get('judged', 0)} judged records)",
             ["rule", "records flagged", "findings", "records rejected by the rule"],
-            [
-                [rule, str(c["records"]), str(c["findings"]), str(c["failed"])]
-                for rule, c in summary.get("static", {}).get("rules", {}).items()
-            ]
-            or [["-", "0", "0", "0"]],
+            static_rows(summary),
         ),
         (
             "Judged with (kernelgate source digest)",
