@@ -63,9 +63,11 @@ def test_every_example_has_an_honest_kernel_and_two_defects() -> None:
 
 def test_bf16_attention_passes_the_value_gates_on_the_cpu() -> None:
     """The honest bf16 attention is device-only in the calibration (the interpreter truncates
-    float32 to bf16 and mangles bf16 subnormals, which EXC-01/02 see); its values are within
-    the ensemble bound under the interpreter all the same, at the reference's shape, at
-    odd sequence lengths and head sizes (CMP-03) and at an offset layout (CMP-02)."""
+    float32 to bf16 and mangles bf16 subnormals, which EXC-02 sees; the CPU's SDPA makes
+    every query NaN for a NaN in v, even those before it, which EXC-01 sees: examples/
+    causal_attention/README.md); its values are within the ensemble bound under the
+    interpreter all the same, at the reference's shape, at odd sequence lengths and head
+    sizes (CMP-03) and at an offset layout (CMP-02)."""
     folder = ROOT / "examples" / "causal_attention"
     verdict = kernelgate.verify(
         folder / "reference.py", folder / "honest.py", only=["CMP-01", "CMP-02", "CMP-03"]

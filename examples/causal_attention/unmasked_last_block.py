@@ -72,6 +72,6 @@ class ModelNew(nn.Module):
         grid = (triton.cdiv(seq, 32), batch * heads)
         _causal_attention[grid](
             q, k, v, out, seq, 1.0 / math.sqrt(head_dim),
-            head_dim, BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_M=32, BLOCK_N=32,
+            head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=32, BLOCK_N=32,
         )  # fmt: skip
         return out
