@@ -87,6 +87,8 @@ def test_confusion_matrix_margins_and_exit_rule() -> None:
     assert Calibration("cpu", [caught, device, honest]).ok
     rejected_control = _result("h2", [], ["CMP-01"], control=True)
     assert not Calibration("cpu", [caught, rejected_control]).ok
+    device_control = EntryResult("h3", True, [], DEVICE_ONLY, detail="bf16 in the interpreter")
+    assert Calibration("cpu", [caught, device_control]).ok  # not run, so not rejected
 
 
 def test_calibrate_cli_lists_device_only_defects_without_running_them(tmp_path: Path) -> None:
@@ -122,14 +124,17 @@ def test_cpu_calibration_defect_caught_by_an_intended_gate(name: str) -> None:
     )
 
 
-@pytest.mark.parametrize("name", [e.name for e in CONTROLS])
+CPU_CONTROLS = [e.name for e in CONTROLS if not e.device_only]
+
+
+@pytest.mark.parametrize("name", CPU_CONTROLS)
 def test_cpu_calibration_control_verified_through_every_gate(name: str) -> None:
     (result,) = calibrate("cpu", [name], jobs=1).results
     assert result.outcome == PASSED, (result.verdict, result.failure_reasons, result.detail)
 
 
 def test_cpu_calibration_says_device_only_without_running() -> None:
-    device_only = [e.name for e in DEFECTS if e.device_only]
+    device_only = [e.name for e in [*DEFECTS, *CONTROLS] if e.device_only]
     started = time.monotonic()
     cal = calibrate("cpu", device_only, jobs=1)
     assert time.monotonic() - started < 5  # nothing was verified
@@ -141,7 +146,7 @@ def test_cpu_calibration_says_device_only_without_running() -> None:
 def test_gpu_device_only_defects_rejected_by_an_intended_gate() -> None:
     """On the device: the defects the interpreter cannot express (TF32, atomics, races,
     side streams, spills) are rejected by an intended gate, and the controls still pass."""
-    names = [e.name for e in DEFECTS if e.device_only] + [
+    names = [e.name for e in [*DEFECTS, *CONTROLS] if e.device_only] + [
         "matmul",
         "row_sum",
         "softmax",

@@ -29,7 +29,7 @@ class Entry:
     candidate: str  # path under the redteam package, e.g. "defects/cache_by_shape.py"
     defect: str = ""  # one line: what is wrong ("" for a control)
     intended_gates: tuple[str, ...] = ()
-    device_only: str | None = None  # why the interpreter cannot express it, or None
+    device_only: str | None = None  # why the interpreter cannot judge it, or None
 
     @property
     def reference_path(self) -> Path:
@@ -54,8 +54,21 @@ def _d(
     return Entry(name, reference, f"defects/{name}.py", defect, gates, device_only)
 
 
-def _c(name: str, reference: str, candidate: str | None = None) -> Entry:
-    return Entry(name, reference, f"controls/{candidate or name}.py")
+def _c(
+    name: str, reference: str, candidate: str | None = None, device_only: str | None = None
+) -> Entry:
+    return Entry(name, reference, f"controls/{candidate or name}.py", device_only=device_only)
+
+
+# The files of issue 20's entries are byte-for-byte copies of examples/<reference>/ (the
+# examples are what a user reads; the package carries its own copy so calibrate runs
+# installed); tests/test_examples_issue20.py checks the two stay identical.
+INTERPRETER_BF16 = (
+    "the Triton interpreter rounds float32 to bf16 by truncation and stores garbage for "
+    "bf16 subnormals (3e-41 comes back as 3.58e-39), so EXC-02 sees classes the kernel "
+    "does not produce on a device; and the CPU's SDPA makes every query NaN for a NaN in "
+    "v (0 x NaN in p @ v), where a flash kernel skips the key blocks after the query's"
+)
 
 
 DEFECTS: tuple[Entry, ...] = (
@@ -323,6 +336,55 @@ DEFECTS: tuple[Entry, ...] = (
         "fused MLP with one block of 16 hidden units (the benchmark's hidden width), no loop",
         ("CMP-03",),
     ),
+    # issue 20, part 4: low-precision and index-output kernels (examples/ holds the same files)
+    _d(
+        "topk_flat_indices",
+        "topk",
+        "top-k values right, indices stored as offsets into the flattened input",
+        ("CMP-01",),
+    ),
+    _d(
+        "topk_unsorted_ties",
+        "topk",
+        "the right k elements with ties, written in column order where sorted=True is asked",
+        ("CMP-01",),
+    ),
+    _d(
+        "w4a16_swapped_nibbles",
+        "w4a16_linear",
+        "int4 GEMM that takes the high nibble for the even column and the low for the odd",
+        ("CMP-01",),
+    ),
+    _d(
+        "w4a16_wrong_group_index",
+        "w4a16_linear",
+        "int4 GEMM whose scale group is the packed byte index // group, not the column's",
+        ("CMP-01",),
+    ),
+    _d(
+        "fp8_dropped_scale",
+        "fp8_linear",
+        "fp8 GEMM epilogue that forgets the per-channel weight scale",
+        ("CMP-01",),
+    ),
+    _d(
+        "fp8_bf16_activations",
+        "fp8_linear",
+        "fp8 GEMM that rounds the scaled activations to bf16 before the float32 product",
+        ("CMP-01",),
+    ),
+    _d(
+        "attention_unmasked_last_block",
+        "causal_attention",
+        "flash attention without the causal mask on the last (diagonal) key block",
+        ("CMP-01",),
+    ),
+    _d(
+        "attention_fp16_accumulation",
+        "causal_attention",
+        "flash attention with scores and accumulator in fp16 behind bf16 I/O (Inf past 65504)",
+        ("CMP-01",),
+    ),
 )
 
 CONTROLS: tuple[Entry, ...] = (
@@ -363,6 +425,11 @@ CONTROLS: tuple[Entry, ...] = (
     # issue 17, item 1: dims whose probe fails, and sizes that shape only parameters
     _c("linear_batchnorm", "linear_batchnorm"),
     _c("mlp_hidden", "mlp_hidden"),
+    # issue 20, part 4
+    _c("topk", "topk"),
+    _c("w4a16_linear", "w4a16_linear"),
+    _c("fp8_linear", "fp8_linear"),
+    _c("causal_attention", "causal_attention", device_only=INTERPRETER_BF16),
 )
 
 
