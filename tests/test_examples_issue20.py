@@ -1,11 +1,11 @@
 """Issue 20's examples (topk, w4a16_linear, fp8_linear, causal_attention) get their verdicts.
 
-Each example's files are also red-team entries (byte-for-byte copies under
-``kernelgate/redteam``), so ``tests/test_redteam.py`` already verifies every CPU-runnable
+Each example's files are red-team entries (links to the files under ``kernelgate/redteam``,
+one copy of each kernel), so ``tests/test_redteam.py`` already verifies every CPU-runnable
 honest kernel through all twelve gates and every defect through its intended gate, on the
 same bytes. Running them again here would double the slowest part of the suite (a full
 interpreter verification is 1-2 minutes each on two shared cores), so this file checks that
-the copies are the examples, runs what only it covers (the bf16 attention kernel's value
+the examples are those entries, runs what only it covers (the bf16 attention kernel's value
 gates on the CPU) and, on a device, every example end to end.
 """
 
@@ -42,8 +42,9 @@ def _ids(row: tuple[str, Path, object]) -> str:
 
 @pytest.mark.parametrize("row", EXPECTATIONS, ids=_ids)
 def test_each_example_file_is_a_red_team_entry_with_the_same_verdict(row) -> None:
-    """The calibration judges these bytes: an edit to one copy only would leave an example
-    that nothing verifies, or an entry that no longer matches its documentation."""
+    """The calibration judges these bytes: an example that stopped being an entry (a link
+    replaced by an edited copy) would be one that nothing verifies, or an entry that no longer
+    matches its documentation."""
     _, reference, expectation = row
     source = expectation.file.read_bytes()
     (entry,) = [e for e in entries() if e.candidate_path.read_bytes() == source]

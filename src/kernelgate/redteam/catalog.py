@@ -60,9 +60,9 @@ def _c(
     return Entry(name, reference, f"controls/{candidate or name}.py", device_only=device_only)
 
 
-# The files of issue 20's entries are byte-for-byte copies of examples/<reference>/ (the
-# examples are what a user reads; the package carries its own copy so calibrate runs
-# installed); tests/test_examples_issue20.py checks the two stay identical.
+# The files of issue 20's entries are what examples/<reference>/ shows: the examples there
+# are links to these files (the package must carry them so calibrate runs installed);
+# tests/test_examples_issue20.py checks each example is an entry with its verdict.
 INTERPRETER_BF16 = (
     "the Triton interpreter rounds float32 to bf16 by truncation and stores garbage for "
     "bf16 subnormals (3e-41 comes back as 3.58e-39), so EXC-02 sees classes the kernel "
