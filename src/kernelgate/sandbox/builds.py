@@ -117,35 +117,35 @@ def building(what: str) -> Iterator[None]:
         _emit({"phase": "end", "what": what, "ok": ok})
 
 
+def _report_calls(owner: Any, attribute: str, what: Callable[[tuple[Any, ...]], str]) -> None:
+    """Wrap ``owner.attribute`` once so each call is reported as a build of ``what(args)``
+    (nothing to wrap where this version has no such function, or it reports already)."""
+    original = getattr(owner, attribute, None)
+    if original is None or getattr(original, "_kernelgate_reports", False):
+        return
+
+    def reporting(*args: Any, **kwargs: Any) -> Any:
+        with building(what(args)):
+            return original(*args, **kwargs)
+
+    reporting._kernelgate_reports = True  # type: ignore[attr-defined]
+    setattr(owner, attribute, reporting)
+
+
 def _wrap_jit_compile(cpp_extension: Any) -> None:
     """Report torch's JIT extension builds (``load``, ``load_inline``): the compile, the
     wait for another process building the same folder, and the import of the result."""
-    compile_ = getattr(cpp_extension, "_jit_compile", None)
-    if compile_ is None or getattr(compile_, "_kernelgate_reports", False):
-        return
-
-    def jit_compile(name: Any, *args: Any, **kwargs: Any) -> Any:
-        with building(f"torch extension {name}"):
-            return compile_(name, *args, **kwargs)
-
-    jit_compile._kernelgate_reports = True  # type: ignore[attr-defined]
-    cpp_extension._jit_compile = jit_compile
+    _report_calls(cpp_extension, "_jit_compile", lambda args: f"torch extension {args[0]}")
 
 
 def _wrap_triton_compile(jit: Any) -> None:
     """Report Triton's compiles of a kernel its in-memory cache does not hold (the disk
     cache's hits go by fast, and are reported all the same)."""
-    cls = getattr(jit, "JITFunction", None)
-    do_compile = getattr(cls, "_do_compile", None)
-    if do_compile is None or getattr(do_compile, "_kernelgate_reports", False):
-        return
-
-    def compile_kernel(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with building(f"triton kernel {getattr(self, '__name__', '?')}"):
-            return do_compile(self, *args, **kwargs)
-
-    compile_kernel._kernelgate_reports = True  # type: ignore[attr-defined]
-    cls._do_compile = compile_kernel
+    _report_calls(
+        getattr(jit, "JITFunction", None),
+        "_do_compile",
+        lambda args: f"triton kernel {getattr(args[0], '__name__', '?')}",
+    )
 
 
 def _wrap_when_imported(name: str) -> None:
