@@ -54,6 +54,22 @@ def kernelgate(
 AUDIT_TIMEOUT = "2"  # --timeout of the audit tests: the hanging candidate stays cheap
 
 
+def audit_command(corpus: Path, out: Path, *options: str) -> list[str]:
+    """``kernelgate audit`` of ``corpus`` into ``out``, complete, at the audit tests' call
+    and compile timeouts, plus ``options``."""
+    return [
+        "audit",
+        str(corpus),
+        "--out",
+        str(out),
+        "--timeout",
+        AUDIT_TIMEOUT,
+        "--compile-timeout",
+        AUDIT_TIMEOUT,
+        *options,
+    ]
+
+
 @pytest.fixture(scope="session")
 def two_record_audit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One complete audit, every gate, of an honest record and a NaN swallower (a pairs
@@ -65,17 +81,7 @@ def two_record_audit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("two-record-audit")
     corpus = write_pairs(root / "corpus", ["honest", "nan_swallow"])
     out = root / "out"
-    args = [
-        "audit",
-        str(corpus),
-        "--out",
-        str(out),
-        "--timeout",
-        AUDIT_TIMEOUT,
-        "--compile-timeout",
-        AUDIT_TIMEOUT,
-    ]
-    result = kernelgate(*args, "--workers", "2", timeout=240)
+    result = kernelgate(*audit_command(corpus, out, "--workers", "2"), timeout=240)
     assert result.returncode == 0, result.stderr
     return root
 

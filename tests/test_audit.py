@@ -37,13 +37,12 @@ from kernelgate.formats.corpus import detect_format, read_corpus
 from kernelgate.gates import GATE_IDS
 
 from .audit_corpus import CANDIDATES, EXPECTED, REFERENCE, write_pairs
-from .conftest import AUDIT_TIMEOUT, ROOT, copy_audit, gone
+from .conftest import ROOT, audit_command, copy_audit, gone
 from .conftest import kernelgate as run_kernelgate
 
 # An audit's subprocess is given at most 240 s here.
 kernelgate = functools.partial(run_kernelgate, timeout=240)
 
-TIMEOUT = AUDIT_TIMEOUT
 # The gates of the partial audits here (see the module's docstring); RES-01 always runs.
 ONLY = "EXC-01"
 
@@ -51,19 +50,7 @@ ONLY = "EXC-01"
 def audit_args(corpus: Path, out: Path, *options: str) -> list[str]:
     """``kernelgate audit`` of ``corpus`` into ``out`` at the tests' timeout, partial
     (``--only ONLY``), plus ``options``."""
-    return [
-        "audit",
-        str(corpus),
-        "--out",
-        str(out),
-        "--timeout",
-        TIMEOUT,
-        "--compile-timeout",
-        TIMEOUT,
-        "--only",
-        ONLY,
-        *options,
-    ]
+    return audit_command(corpus, out, "--only", ONLY, *options)
 
 
 def stored_rows(out: Path) -> dict[str, dict[str, Any]]:
@@ -386,17 +373,7 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
 
     from kernelgate.cli import app
 
-    full = [
-        "audit",
-        str(corpus),
-        "--out",
-        str(out),
-        "--timeout",
-        TIMEOUT,
-        "--compile-timeout",
-        TIMEOUT,
-        "--resume",
-    ]
+    full = audit_command(corpus, out, "--resume")
     other_gates = CliRunner().invoke(app, full)
     assert other_gates.exit_code == 2
     assert "other settings (only differ)" in " ".join(other_gates.output.split())
@@ -983,18 +960,7 @@ def test_a_judge_killed_mid_record_resumes_at_its_next_gate(tmp_path: Path) -> N
     # needs the gates up to the one the judge is killed in and the next one (whose trace
     # is looked at below), not the rest: a partial audit, whose journal resumes as well.
     result = kernelgate(
-        "audit",
-        str(corpus.parent),
-        "--out",
-        str(out),
-        "--timeout",
-        TIMEOUT,
-        "--compile-timeout",
-        TIMEOUT,
-        "--workers",
-        "2",
-        "--only",
-        "CMP-01,CMP-02,CMP-03",
+        *audit_command(corpus.parent, out, "--workers", "2", "--only", "CMP-01,CMP-02,CMP-03"),
         env={"KERNELGATE_ISOLATION": "off"},
     )
     assert result.returncode == 0, result.stderr
@@ -1088,18 +1054,7 @@ def test_rejudge_record_judges_those_records_again_and_names_unknown_ids(
     and the rest kept; an id the corpus lacks is a usage error that says what ids look like.
     (A copy of a finished complete audit of both records: ``conftest.two_record_audit``.)"""
     corpus, out = copy_audit(two_record_audit, tmp_path / "audit")
-    args = [
-        "audit",
-        str(corpus),
-        "--out",
-        str(out),
-        "--timeout",
-        TIMEOUT,
-        "--compile-timeout",
-        TIMEOUT,
-        "--workers",
-        "2",
-    ]
+    args = audit_command(corpus, out, "--workers", "2")
     assert stored_rows(out).keys() == {"honest", "nan_swallow"}
     wrong = kernelgate(*args, "--resume", "--rejudge-record", "honset")
     assert wrong.returncode == 2 and "no record with id 'honset'" in wrong.stderr
@@ -1120,18 +1075,7 @@ def test_a_finished_judge_whose_row_was_not_stored_is_not_judged_again(
     row the audit forgets on purpose (--rejudge-record) is judged afresh. (A copy of a
     finished complete audit of both records: ``conftest.two_record_audit``.)"""
     corpus, out = copy_audit(two_record_audit, tmp_path / "audit")
-    args = [
-        "audit",
-        str(corpus),
-        "--out",
-        str(out),
-        "--timeout",
-        TIMEOUT,
-        "--compile-timeout",
-        TIMEOUT,
-        "--workers",
-        "2",
-    ]
+    args = audit_command(corpus, out, "--workers", "2")
     first = stored_rows(out)["honest"]
     log = next(p for p in (out / "records").iterdir() if p.name.startswith("honest")) / "judge.log"
     judged_at = log.read_text()
