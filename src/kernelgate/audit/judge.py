@@ -775,23 +775,10 @@ def peak_memory() -> dict[str, int | None]:
     }
 
 
-def seconds_since_process_start() -> float | None:
-    """How long ago this process started (Linux /proc), for the judge.log's first line:
-    the interpreter's start and imports are part of every record's time."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return round(uptime - int(fields[19]) / ticks, 2)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _main(request_path: str, result_path: str, via: str = "process") -> None:
     """Judge the record of ``request_path`` into ``result_path``; ``via`` says how this
     judge started (a fresh ``process`` or forked by the ``zygote``), kept in its row so a
     row recovered from its result file (``finished_but_unstored``) says it too."""
-    _log_step(f"judge up {seconds_since_process_start()} s after its process started")
     die_with_audit_parent()
     become_subreaper()  # a candidate's double-forked process stays in this judge's tree
     request = json.loads(Path(request_path).read_text())
@@ -800,6 +787,7 @@ def _main(request_path: str, result_path: str, via: str = "process") -> None:
     options = AuditOptions(**request["options"])
     launched_at = request.get("launched_at")
     started = time.time() - launched_at if isinstance(launched_at, int | float) else None
+    _log_step(f"judge up {'?' if started is None else f'{started:.2f}'} s after its launch ({via})")
     row = judge_record(record, options, Path(result_path).parent, Path(request["scratch"]))
     # seconds from the audit's launch of this judge to its first step (the imports, or the
     # zygote's fork): what a judge costs before it judges anything
