@@ -79,10 +79,12 @@ def test_bf16_attention_passes_the_value_gates_on_the_cpu() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="oracle: torch's SDPA computes p @ v densely, so a NaN injected into v at key j "
-    "makes every query NaN (0 x NaN), also the queries before j that causal attention does "
-    "not let depend on it; the CPU's native run agrees, so EXC-01 judges those positions "
-    "and rejects a flash kernel that never reads key blocks past a query's diagonal",
+    reason="oracle: torch's SDPA computes densely, so a special in a key the causal mask "
+    "hides still reaches the row (inf + -inf mask = NaN, 0 x NaN in p @ v). EXC-01's "
+    "dependence probe excuses the positions that no special reaches (a NaN in v past the "
+    "diagonal), but a row that also sees a special in a visible key (+inf in k giving a "
+    "-inf score, weight 0) depends on a special, so the probe keeps the oracle's NaN there; "
+    "telling which special a position depends on needs one probe a special",
 )
 def test_bf16_attention_nan_after_the_query_is_not_the_kernels_to_propagate() -> None:
     folder = ROOT / "examples" / "causal_attention"

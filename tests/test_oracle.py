@@ -241,3 +241,49 @@ def test_a_reference_that_writes_into_its_input_is_still_an_oracle(tmp_path) -> 
     x = torch.randn(4, 8)
     (expected,) = oracle.expected([x])
     assert torch.equal(expected, (x.double() * 2).relu())
+
+
+MASKED_ROW_SUM = '''
+import torch
+
+class Model(torch.nn.Module):
+    """A causal row sum computed densely: the entries above the diagonal are multiplied by 0,
+    so a NaN there makes the oracle's row NaN although the row does not depend on it."""
+
+    def forward(self, x):
+        keep = torch.ones(x.shape[-1], x.shape[-1], dtype=x.dtype, device=x.device).tril()
+        return (x.unsqueeze(-2) * keep).sum(-1)
+
+def get_inputs():
+    return [torch.randn(4, 6)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_dependence_probe_excuses_only_positions_no_special_reaches(tmp_path) -> None:
+    """EXC-01's probe: the oracle again with the specials made finite three ways; a position
+    whose result is the same all three ways does not depend on them (0 x NaN above a causal
+    diagonal), one that changes does, and a case without specials has no probe."""
+    from kernelgate.contract.derive import contract_for
+    from kernelgate.gates.base import GateContext
+
+    path = tmp_path / "reference.py"
+    path.write_text(MASKED_ROW_SUM)
+    program = load_reference(path)
+    ctx = GateContext(
+        contract=contract_for(program), oracle=Oracle(program), session=None, seed=0, replay=[]
+    )
+    case = ctx.drawn_case("normal", 1)
+    assert ctx.dependence_probe(case) is None
+    x = case.values[0].clone()
+    x[0, 5] = float("nan")  # only out[0, :5] multiply it by 0; out[0, 5] adds it
+    case.values = [x]
+    oracle = ctx.expected(case)[0]
+    probe = ctx.dependence_probe(case)[0]
+    assert oracle[0].isnan().all()  # the dense reference: every position of row 0 is NaN
+    assert torch.isfinite(probe[0, :5]).all() and probe[0, 5].isnan()
+    torch.testing.assert_close(probe[1:], oracle[1:], rtol=0, atol=0)
+    dense_free = (x[0, :5].double().unsqueeze(0) * torch.ones(5, 5).tril().double()).sum(-1)
+    torch.testing.assert_close(probe[0, :5], dense_free, rtol=0, atol=0)

@@ -65,7 +65,7 @@ class NonFiniteGate(Gate):
             return self.skipped(
                 "no floating-point input admits NaN or Inf under the contract (or its dtype)"
             )
-        judged = excluded = consulted = 0
+        judged = excluded = consulted = probed = 0
         run_trials: list[str] = []
         for index, (kind, density) in enumerate(TRIALS):
             # only into inputs whose dtype holds the kind: float8_e4m3fn has NaN but no Inf
@@ -92,10 +92,15 @@ class NonFiniteGate(Gate):
                 want_classes = value_classes(want.to(got.dtype))
                 # classified where the output lies, judged beside the oracle's classes
                 got_classes = value_classes(got).to(want_classes.device)
-                agree, bad, asked = ctx.judge_classes(
-                    case, functools.partial(_judged, want_classes, got_classes, k=k)
-                )
+                judge = functools.partial(_judged, want_classes, got_classes, k=k)
+                agree, bad, asked = ctx.judge_classes(case, judge)
                 consulted += asked
+                if bad.any() and (probe := ctx.dependence_probe(case)) is not None:
+                    # a NaN the oracle made by 0 x NaN where the output does not depend
+                    # on the special is not the kernel's to reproduce
+                    runs = ctx.honest_classes(case) if asked else {"native-eager": ctx.native(case)}
+                    agree, bad = judge({**runs, "dependence-probe": probe})
+                    probed += 1
                 n_agree = int(agree.count_nonzero())
                 judged += n_agree
                 excluded += agree.numel() - n_agree
@@ -117,6 +122,7 @@ class NonFiniteGate(Gate):
             "judged_positions": judged,
             "excluded_honest_disagreement": excluded,
             "second_implementation_consulted": consulted,
+            "dependence_probe_consulted": probed,
             "trials": run_trials,
         }
         absent = sorted(
