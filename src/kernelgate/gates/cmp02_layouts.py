@@ -152,10 +152,7 @@ class LayoutsGate(Gate):
                 else:
                     per_layout[plan.label] = {"status": "fail", "raised": outcome["detail"]}
                     what = f"candidate raised on {plan.label}"
-                inputs = [
-                    {**d, "layout": lay.value, "misaligned": mis}
-                    for d, (lay, mis) in zip(case.describe(), plan.per_input)
-                ]
+                inputs = self._placed(case, plan)
                 failures.append(
                     (
                         plan,
@@ -217,6 +214,20 @@ class LayoutsGate(Gate):
                 values.append(value)
             case.values = values
         return case
+
+    @staticmethod
+    def _placed(case: Case, plan: LayoutPlan) -> list[dict[str, Any]]:
+        """How each input of a case the candidate raised or faulted on was placed (shape,
+        stride, storage offset, misalignment): no run to take it from, so placed again."""
+        place, misaligned = placer(plan, POISONS[0]), [mis for _, mis in plan.per_input]
+        described: list[dict[str, Any]] = []
+        for value in case.values:
+            if isinstance(value, torch.Tensor):
+                mis = misaligned.pop(0) if misaligned else False
+                described.append({**place(value).describe(), "misaligned": mis})
+            else:
+                described.append({"value": repr(value)})
+        return described
 
     def _judge(self, ctx: GateContext, case: Case, run: Run, plan: LayoutPlan) -> dict[str, Any]:
         expected = ctx.expected(case)
