@@ -163,3 +163,54 @@ def test_a_device_faulted_worker_is_retired_before_the_next_call() -> None:
             {"ok": False, "device_fault": True, "error": "RuntimeError: CUDA error: misaligned"}
         )
         assert incident.kind == "device-fault" and not session.alive
+
+
+@pytest.mark.gpu
+def test_a_real_misaligned_address_on_an_offset_view_is_an_unguarded_precondition() -> None:
+    """On the device: float4 loads from a view one element off 16-byte alignment raise
+    CUDA's "misaligned address" (a sticky fault: the worker is replaced). Every other gate
+    runs after it in fresh workers and passes, so the kernel is narrowed to contiguous
+    inputs, the fault named; strict judging rejects it."""
+    verdict = kernelgate.verify(EW, DATA / "cuda_silu_float4.py", device="cuda", timeout=30)
+    failed = [(g.id, g.reason) for g in verdict.gates if g.status is Status.FAIL]
+    assert verdict.verdict is Outcome.NARROWED, failed
+    assert {g for g, _ in failed} == {"CMP-02", "RES-01"}, failed
+    (entry,) = verdict.unguarded_precondition
+    assert entry["layouts"] == [OFFSET]
+    assert all("misaligned address" in fault for fault in entry["faults"]), entry
+    incidents = verdict.gate("RES-01").evidence["incidents"]
+    assert [(i["kind"], i["domain_point"]) for i in incidents] == [("device-fault", OFFSET)]
+    assert verdict.gate("RES-01").evidence["worker_starts"] >= 2
+    assert verdict.verified_domain["contract"]["inputs"][0]["layouts"] == ["contiguous"]
+    assert combine(verdict.gates, strict=True)[0] is Outcome.REJECTED
+
+
+def test_audit_summaries_name_unguarded_preconditions() -> None:
+    """A row's ``unguarded_precondition`` (judge.py) reaches summary.json's rows, a count
+    by verdict, and a table of the report naming the record, the fault and the layouts."""
+    from kernelgate.audit import judge
+    from kernelgate.audit.report import _markdown, summarize
+    from kernelgate.formats.corpus import CorpusRecord
+
+    def row(name: str, verdict: str, unguarded: list[str]) -> dict:
+        record = CorpusRecord(id=name, format="pairs", reference_source="", candidate_source="")
+        return judge.base_row(record) | {
+            "verdict": verdict,
+            "stage": "gates",
+            "old_check": "accepted",
+            "old_check_current": "accepted",
+            "old_check_detail": {"status": "accepted"},
+            "seconds": 10.0,
+            "gates": [],
+            "failed_gates": ["CMP-02", "RES-01"] if unguarded else [],
+            "unguarded_precondition": unguarded,
+        }
+
+    fault = f"CMP-02: device fault: RuntimeError: CUDA error: misaligned address on {OFFSET}"
+    rows = [row("vec4", "narrowed", [fault]), row("plain", "verified", [])]
+    summary = summarize(rows, {"device": "cuda", "source": "corpus.jsonl", "format": "cuda-l1"})
+    assert summary["unguarded_precondition"] == {"records": 1, "by_verdict": {"narrowed": 1}}
+    assert [r["unguarded_precondition"] for r in summary["rows"]] == [[fault], []]
+    report = _markdown(summary, {})
+    assert "Unguarded preconditions" in report
+    assert f"| vec4 | narrowed | {fault} |" in report
