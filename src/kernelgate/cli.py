@@ -151,6 +151,14 @@ def verify_command(
             "repeatable; docs/rules.md)",
         ),
     ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="reject a kernel that faults (misaligned or illegal address) on a layout the "
+            "reference never sends, instead of narrowing it (unguarded_precondition)",
+        ),
+    ] = False,
 ) -> None:
     """Verify CANDIDATE against REFERENCE and print the gates and the verdict (with --json,
     the evidence's SHA-256 too: `sha256sum FILE` must print the same; docs/security.md)."""
@@ -179,6 +187,7 @@ def verify_command(
             sanitize=sanitize,
             forbid=forbid or (),
             hard_static=hard_static or (),
+            strict=strict,
         )
     # Every worker of the verification, and whatever its candidate left running, is gone
     # now (``worker_tree_settled``): nothing of the candidate's can rewrite the evidence.
@@ -202,6 +211,13 @@ def verify_command(
         console.print(
             "[yellow]verified sub-domain[/] (contract narrowed to what passed; full form in "
             "--json verified_domain): " + "; ".join(verdict.verified_domain.get("changes", [])),
+            highlight=False,
+        )
+    for entry in verdict.unguarded_precondition:
+        console.print(
+            f"[yellow]unguarded precondition[/] ({entry['gate']}"
+            + (", rejected: --strict" if verdict.strict else "")
+            + f"): {escape(entry['summary'])}",
             highlight=False,
         )
     if verdict.skipped:

@@ -12,6 +12,13 @@ Any other failure (values at the reference point, NaN handling, memory, determin
 An execution incident rejects too, except a clean exception raised at a layout or shape that
 the sub-domain excludes (the candidate refusing an input it does not support): the domain
 gate tags those (``Incident.domain_point``) and fails on them itself.
+
+A device fault or a fault signal (a misaligned or illegal address, SIGSEGV) is not a clean
+refusal, but a kernel that faults only on a layout the reference's own inputs never have (a
+misaligned offset, a strided, transposed or expanded view) has a precondition it does not
+guard: CMP-02 narrows such a kernel to the layouts it handled and names the fault as its
+``unguarded_precondition`` (``fault_of``, ``unguarded_preconditions``); ``strict`` verdicts
+reject it instead (``verdict.combine``). A fault at the reference's own layout still rejects.
 """
 
 from __future__ import annotations
@@ -22,19 +29,53 @@ from typing import TYPE_CHECKING, Any
 from kernelgate.contract.spec import Contract, Dim, Layout, TensorSpec
 
 if TYPE_CHECKING:  # the gates import this module: keep the gates package out of its imports
-    from kernelgate.gates.base import Counterexample, GateContext, GateResult, Run
+    from kernelgate.gates.base import Counterexample, GateContext, GateResult, Incident, Run
 
 FAIL = "fail"  # Status.FAIL's value (Status is a StrEnum)
 DOMAIN_GATES = ("CMP-02", "CMP-03", "PRC-01")  # failures these gates can narrow, not reject
 SUB_DOMAIN = "sub_domain"  # evidence key where a failing domain gate states what passed
+# evidence key (CMP-02's, the verdict's) naming the faults a narrowed kernel does not guard
+UNGUARDED = "unguarded_precondition"
+
+# Signals a memory fault ends a process with (on the CPU, what a device fault is on a GPU);
+# SIGKILL is not one: it is how resource limits and the timeout end a worker.
+FAULT_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE")
+# How CUDA names a fault that kills the context; torch puts it in the error it raises.
+DEVICE_FAULT_TEXTS = ("misaligned address", "illegal memory access", "illegal address")
+
+
+def fault_of(incident: Incident) -> str | None:
+    """The fault ``incident`` is, in one line, or None when it is no fault (an ordinary
+    exception, a hang, an exit, a kill for resources).
+
+    A fault: a sticky device error (the worker lost its CUDA context), a death by a fault
+    signal, or an error whose text is CUDA's for a misaligned or illegal address.
+    """
+    detail = incident.detail.strip().splitlines()[0][:300] if incident.detail.strip() else ""
+    if incident.kind == "device-fault":
+        return f"device fault: {detail}"
+    if incident.kind == "crash" and any(name in detail for name in FAULT_SIGNALS):
+        return f"crash: {detail}"
+    if incident.kind == "exception" and any(t in detail.lower() for t in DEVICE_FAULT_TEXTS):
+        return f"device fault: {detail}"
+    return None
 
 
 def run_or_refusal(
-    ctx: GateContext, gate_id: str, case: Any, point: str, place: Any = None
+    ctx: GateContext,
+    gate_id: str,
+    case: Any,
+    point: str,
+    place: Any = None,
+    *,
+    faults: bool = False,
 ) -> Run | dict[str, Any]:
     """Run ``case``; a clean exception becomes a finding tagged with its domain point.
 
-    Hangs, crashes and device faults still abort the gate (they are never narrowed).
+    ``faults`` (CMP-02, at a layout the reference's inputs never have): a fault
+    (``fault_of``) becomes a finding too, ``problem: "faulted"``, and its incident names it
+    as an unguarded precondition; the next call starts a fresh worker (the session's).
+    Otherwise hangs, crashes and device faults still abort the gate (never narrowed).
     """
     from kernelgate.gates.base import GateAborted
 
@@ -42,7 +83,14 @@ def run_or_refusal(
         return ctx.run(gate_id, case, place=place)
     except GateAborted:
         incident = ctx.incidents[-1] if ctx.incidents else None
-        if incident is None or incident.kind != "exception" or ctx.halted:
+        if incident is None or ctx.halted:
+            raise
+        fault = fault_of(incident)
+        if faults and fault is not None:
+            incident.domain_point = point
+            incident.unguarded_precondition = fault
+            return {"problem": "faulted", "at": point, "fault": fault, "kind": incident.kind}
+        if incident.kind != "exception":
             raise
         incident.domain_point = point
         return {"problem": "raised", "at": point, "detail": incident.detail[:500]}
@@ -132,11 +180,24 @@ def describe_dim(dim: Dim) -> str:
     return text
 
 
+def unguarded_preconditions(gates: list[GateResult]) -> list[dict[str, Any]]:
+    """The faults failing domain gates excused outside the reference's layouts, one entry
+    per gate: ``{"gate", "faults", "layouts", "summary"}`` (CMP-02's evidence)."""
+    found = []
+    for gate in gates:
+        entry = gate.evidence.get(UNGUARDED) if gate.status == FAIL else None
+        if entry:
+            found.append({"gate": gate.id, **entry})
+    return found
+
+
 def verified_domain(contract: Contract, gates: list[GateResult]) -> dict[str, Any]:
-    """What ``Verdict.verified_domain`` holds for a narrowed verdict."""
+    """What ``Verdict.verified_domain`` holds for a narrowed verdict: the contract narrowed,
+    its changes, the gates it rests on, and the faults that stay unguarded outside it."""
     narrowed, changes = narrowed_contract(contract, gates)
     return {
         "contract": narrowed.to_dict(),
         "changes": changes,
         "rests_on": [g.id for g in gates if g.status == FAIL and g.id in DOMAIN_GATES],
+        UNGUARDED: unguarded_preconditions(gates),
     }

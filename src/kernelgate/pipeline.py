@@ -17,6 +17,7 @@ import torch
 from kernelgate.contract.derive import contract_for, require_supported_dtypes
 from kernelgate.contract.load import load_contract
 from kernelgate.contract.spec import Contract
+from kernelgate.domain import unguarded_preconditions
 from kernelgate.domain import verified_domain as narrowed_domain
 from kernelgate.errors import KernelgateError, UnsupportedDtypeError
 from kernelgate.formats.kernelbench import (
@@ -90,6 +91,7 @@ def verify(
     session: WorkerSession | None = None,
     forbid: Sequence[str] = (),
     hard_static: Sequence[str] = (),
+    strict: bool = False,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -116,6 +118,8 @@ def verify(
     ``hard_static``: static rules whose findings reject, on top of the contract's
     ``rules.hard_static``. The static layer reads the candidate's files before the worker
     loads it (``static_evidence``); its findings and the rules go into the verdict.
+    ``strict``: reject a kernel instead of narrowing it around a fault it does not guard
+    (``unguarded_precondition``: a device fault on an offset or strided view; domain.py).
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -169,6 +173,8 @@ def verify(
         replay += ["--hard-static", rule_id]
     if sanitize:
         replay.append("--sanitize")
+    if strict:
+        replay.append("--strict")
     try:
         results: list[GateResult] = []
         with session:
@@ -214,7 +220,7 @@ def verify(
         # A derived contract checked the reference's inputs and outputs; a contract given
         # by hand did not, and the first encoding of such a value (a gate's) lands here.
         raise UnsupportedDtypeError(f"a value of the reference: {exc}") from None
-    outcome, skipped = combine(results, rules)
+    outcome, skipped = combine(results, rules, strict=strict)
     narrowed_to = (
         narrowed_domain(contract, results) if outcome is Outcome.NARROWED else None
     )  # the sub-domain in contract form, for a dispatcher
@@ -239,6 +245,8 @@ def verify(
         compile=compile_evidence(session, ctx.fresh_compile_paid),
         static=findings,
         rules=rules,
+        unguarded_precondition=unguarded_preconditions(results),
+        strict=strict,
     )
 
 

@@ -44,6 +44,10 @@ class Verdict(Serializable):
     # with status fail rejects the verdict while the gates' results stay as they are.
     static: list[Finding] = field(default_factory=list)
     rules: list[RuleResult] = field(default_factory=list)
+    # Faults a domain gate excused outside the reference's layouts (domain.py): a narrowed
+    # kernel's preconditions it does not guard, named; ``strict`` verdicts reject on them.
+    unguarded_precondition: list[dict[str, Any]] = field(default_factory=list)
+    strict: bool = False
     schema: str = VERDICT_SCHEMA
 
     @property
@@ -66,18 +70,25 @@ class Verdict(Serializable):
         return data
 
 
-def combine(gates: list[GateResult], rules: list[RuleResult] = ()) -> tuple[Outcome, list[str]]:
+def combine(
+    gates: list[GateResult], rules: list[RuleResult] = (), *, strict: bool = False
+) -> tuple[Outcome, list[str]]:
     """The outcome and the skips. A failed rule rejects whatever the gates say: a kernel
     that is numerically right but breaks a rule (a forbidden call) is not accepted, and
-    is not narrowed either, since no sub-domain mends a rule."""
+    is not narrowed either, since no sub-domain mends a rule. ``strict``: a kernel that
+    would be narrowed around a fault it does not guard (an unguarded precondition: a
+    misaligned address on an offset view) is rejected, since a caller outside the
+    dispatcher's guard crashes its process instead of getting an error."""
     skipped = [f"{g.id}: {g.reason}" for g in gates if g.status is Status.SKIPPED]
     if any(r.status is Status.FAIL for r in rules):
         return Outcome.REJECTED, skipped
     if any(g.status is Status.FAIL for g in gates):
         # Only layout/shape failures with a stated passing sub-domain narrow (see domain.py).
-        from kernelgate.domain import narrowable
+        from kernelgate.domain import narrowable, unguarded_preconditions
 
-        return (Outcome.NARROWED if narrowable(gates) else Outcome.REJECTED), skipped
+        if not narrowable(gates) or (strict and unguarded_preconditions(gates)):
+            return Outcome.REJECTED, skipped
+        return Outcome.NARROWED, skipped
     return Outcome.VERIFIED, skipped
 
 

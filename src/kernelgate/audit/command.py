@@ -180,6 +180,14 @@ def audit_command_body(
         f"old check accepts but contract rejects: {matrix['old_accepts_contract_rejects']}",
         highlight=False,
     )
+    unguarded = summary.get("unguarded_precondition") or {}
+    if unguarded.get("records"):
+        console.print(
+            f"unguarded preconditions (faults only on layouts the reference never sends): "
+            f"{unguarded['records']} record(s), "
+            + ", ".join(f"{k} {v}" for k, v in unguarded["by_verdict"].items()),
+            highlight=False,
+        )
     for warning in integrity_text(summary)[1]:
         errors.print(f"[yellow]{escape(warning)}[/]", highlight=False)
     if not summary.get("plots"):

@@ -644,6 +644,10 @@ def judge_record(
             ),
             "resumed_gates": journal.resumed,
             "compile_seconds": verdict.compile_seconds,
+            # faults excused outside the reference's layouts (domain.py), one line per gate
+            "unguarded_precondition": [
+                f"{entry['gate']}: {entry['summary']}" for entry in verdict.unguarded_precondition
+            ],
         }
     # the row is what resumes from now on: a retried or re-judged record starts afresh
     journal.discard()

@@ -16,6 +16,9 @@ Definitions the figures rest on:
   differential gate (CMP-*, ORD-01, PRC-*) failed, among records that loaded and ran one.
   Safety coverage: per safety gate, the share of loaded records on which it ran (pass or
   fail, not skipped).
+- An *unguarded precondition*: a record whose kernel faulted (a misaligned or illegal
+  address) only on layouts the reference never sends, and was narrowed around the fault
+  (``unguarded_precondition`` in its row, with the fault and the layouts; domain.py).
 - A *partial* audit (``kernelgate audit --only``) ran only the selected gates on every
   record: ``only`` in the summary and in each row names them, and the report says so in its
   first lines, so that its verdicts are never taken for the whole contract's.
@@ -222,6 +225,7 @@ def summarize(
         ),
     }
     old_compiled = [r for r in rows if r["old_check_detail"].get("compiled") is not None]
+    unguarded = [r for r in rows if r.get("unguarded_precondition")]
     static = static_summary(rows)
     return {
         "schema": SUMMARY_SCHEMA,
@@ -273,6 +277,11 @@ def summarize(
             "verify_p95_s": _percentile(verify_seconds, 0.95),
         },
         "throughput": throughput(list(runs), len(rows)),
+        # records narrowed (or, judged strictly, rejected) around a fault they do not guard
+        "unguarded_precondition": {
+            "records": len(unguarded),
+            "by_verdict": dict(Counter(r["verdict"] for r in unguarded)),
+        },
         "coverage": coverage,
         "static": static,
         # which kernelgate source (audit.judge.code_digest) judged how many rows; rows of
@@ -290,6 +299,7 @@ def summarize(
                 "only": r.get("only", settings.get("only")),
                 "failed_gates": r["failed_gates"],
                 "failed_rules": r.get("failed_rules", []),
+                "unguarded_precondition": r.get("unguarded_precondition", []),
                 "reason": local(r.get("reason")),
                 "seconds": r["seconds"],
                 "replay": local(r.get("replay")),
@@ -625,6 +635,16 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
             f"{summary.get('static', {}).get('judged', 0)} judged records)",
             ["rule", "records flagged", "findings", "records rejected by the rule"],
             static_rows(summary),
+        ),
+        (
+            "Unguarded preconditions (faults only on layouts the reference never sends)",
+            ["record", "verdict", "fault and layouts"],
+            [
+                [row["id"], row["verdict"], _one_line("; ".join(row["unguarded_precondition"]))]
+                for row in summary["rows"]
+                if row.get("unguarded_precondition")
+            ]
+            or [["-", "-", "none"]],
         ),
         (
             "Judged with (kernelgate source digest)",

@@ -199,6 +199,10 @@ class Incident(Serializable):
     # Set by a domain gate (CMP-02/03) when the incident happened at a layout or shape that
     # a narrowed verdict excludes: a clean refusal outside the verified sub-domain.
     domain_point: str | None = None
+    # Set with ``domain_point`` by CMP-02 when the incident was a fault (a device fault, a
+    # fault signal) at a layout the reference's inputs never have: the fault, named
+    # (``domain.fault_of``), a precondition the candidate does not guard.
+    unguarded_precondition: str | None = None
 
 
 class GateContext:

@@ -6,6 +6,12 @@ same logical values that way (``inputs.layouts``), runs the candidate and judges
 against the fp64 oracle through ``ctx.assess``. Misaligned offsets are always tried where the
 contract admits offsets, alone and combined with every other layout. On failure the evidence
 states the sub-domain that passed (the layouts kept per input), so a verdict can be narrowed.
+
+A candidate that faults (a misaligned or illegal address, a fault signal: ``domain.fault_of``)
+on a layout the reference's own inputs never have fails that case as it would by raising;
+the evidence's ``unguarded_precondition`` names the faults and the layouts they happened on,
+and the session's next call starts a fresh worker. At the reference's own layouts nothing is
+excused: any incident aborts the gate and RES-01 rejects.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any, ClassVar
 import torch
 
 from kernelgate.contract.spec import Layout, TensorSpec
-from kernelgate.domain import SUB_DOMAIN, refusal_counterexample, run_or_refusal
+from kernelgate.domain import SUB_DOMAIN, UNGUARDED, refusal_counterexample, run_or_refusal
 from kernelgate.gates.base import Case, Gate, GateContext, GateKind, GateResult, Run, Status
 from kernelgate.gates.outputs import structure_findings
 from kernelgate.inputs.layouts import (
@@ -25,6 +31,7 @@ from kernelgate.inputs.layouts import (
     applicable,
     can_misalign,
     expandable,
+    layout_of,
     place_layout,
 )
 from kernelgate.inputs.placement import POISONS, PlacedTensor
@@ -96,6 +103,12 @@ def plans(ctx: GateContext) -> tuple[list[LayoutPlan], list[str]]:
     return result, not_applicable
 
 
+def at_reference_layout(ctx: GateContext, plan: LayoutPlan) -> bool:
+    """Whether ``plan`` places every input as the reference's own ``get_inputs`` has it."""
+    own = [layout_of(v) for v in ctx.template if isinstance(v, torch.Tensor)]
+    return list(plan.per_input) == own
+
+
 def placer(plan: LayoutPlan, poison: int) -> Callable[[torch.Tensor], PlacedTensor]:
     """A ``place`` function for ``ctx.run``: tensors arrive in order, one layout each."""
     queue = list(plan.per_input)
@@ -123,21 +136,29 @@ class LayoutsGate(Gate):
         per_layout: dict[str, Any] = {}
         failures: list[tuple[LayoutPlan, GateResult]] = []
         worst, model, params = 0.0, "", {}
+        faulted: dict[str, str] = {}  # layout label: the fault (``unguarded_precondition``)
         for index, plan in enumerate(todo):
             case = self._case(ctx, plan, index)
-            outcome = run_or_refusal(ctx, self.id, case, plan.label, placer(plan, POISONS[0]))
+            place = placer(plan, POISONS[0])
+            if at_reference_layout(ctx, plan):  # no refusal or fault is excused here
+                outcome: Run | dict[str, Any] = ctx.run(self.id, case, place=place)
+            else:
+                outcome = run_or_refusal(ctx, self.id, case, plan.label, place, faults=True)
             if isinstance(outcome, dict):
-                per_layout[plan.label] = {"status": "fail", "raised": outcome["detail"]}
-                inputs = [
-                    {**d, "layout": lay.value, "misaligned": mis}
-                    for d, (lay, mis) in zip(case.describe(), plan.per_input)
-                ]
+                if outcome["problem"] == "faulted":
+                    faulted[plan.label] = outcome["fault"]
+                    per_layout[plan.label] = {"status": "fail", "faulted": outcome["fault"]}
+                    what = f"candidate faulted on {plan.label} ({outcome['fault']})"
+                else:
+                    per_layout[plan.label] = {"status": "fail", "raised": outcome["detail"]}
+                    what = f"candidate raised on {plan.label}"
+                inputs = self._placed(case, plan)
                 failures.append(
                     (
                         plan,
                         self.result(
                             Status.FAIL,
-                            f"candidate raised on {plan.label}",
+                            what,
                             counterexample=refusal_counterexample(
                                 ctx, self.id, case, outcome, inputs
                             ),
@@ -161,6 +182,15 @@ class LayoutsGate(Gate):
             "not_applicable": not_applicable,
             "admitted": {s.name: [lay.value for lay in s.layouts] for s in tensor_specs(ctx) if s},
         }
+        if faulted:
+            evidence[UNGUARDED] = {
+                "faults": sorted(set(faulted.values())),
+                "layouts": list(faulted),
+                "summary": "; ".join(
+                    f"{fault} on {', '.join(lab for lab, f in faulted.items() if f == fault)}"
+                    for fault in dict.fromkeys(faulted.values())
+                ),
+            }
         if failures:
             evidence[SUB_DOMAIN] = {"layouts": self._kept(ctx, todo, [p for p, _ in failures])}
             first = failures[0][1]
@@ -184,6 +214,20 @@ class LayoutsGate(Gate):
                 values.append(value)
             case.values = values
         return case
+
+    @staticmethod
+    def _placed(case: Case, plan: LayoutPlan) -> list[dict[str, Any]]:
+        """How each input of a case the candidate raised or faulted on was placed (shape,
+        stride, storage offset, misalignment): no run to take it from, so placed again."""
+        place, misaligned = placer(plan, POISONS[0]), [mis for _, mis in plan.per_input]
+        described: list[dict[str, Any]] = []
+        for value in case.values:
+            if isinstance(value, torch.Tensor):
+                mis = misaligned.pop(0) if misaligned else False
+                described.append({**place(value).describe(), "misaligned": mis})
+            else:
+                described.append({"value": repr(value)})
+        return described
 
     def _judge(self, ctx: GateContext, case: Case, run: Run, plan: LayoutPlan) -> dict[str, Any]:
         expected = ctx.expected(case)

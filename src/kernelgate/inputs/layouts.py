@@ -155,3 +155,21 @@ def place_layout(
     storage.as_strided(write_shape, write_stride, offset).copy_(source)
     placed = PlacedTensor(storage, shape, stride, offset, poison, layout=layout.value)
     return placed
+
+
+def layout_of(value: torch.Tensor) -> tuple[Layout, bool]:
+    """The layout ``value`` has, as CMP-02 names its cases: (layout, 16-byte misaligned).
+
+    For the reference's own inputs: a fault at a layout they have is a fault at the
+    reference point (RES-01 rejects), not an unguarded precondition of another layout.
+    """
+    misaligned = (value.storage_offset() * value.element_size()) % ALIGNMENT != 0
+    shape, stride = tuple(value.shape), tuple(value.stride())
+    if any(st == 0 and size > 1 for size, st in zip(shape, stride, strict=True)):
+        return Layout.EXPANDED, misaligned
+    if value.is_contiguous():
+        return Layout.CONTIGUOUS, misaligned
+    order = sorted((d for d in range(len(shape)) if shape[d] > 1), key=lambda d: -stride[d])
+    if value.permute(*order, *[d for d in range(len(shape)) if d not in order]).is_contiguous():
+        return Layout.TRANSPOSED, misaligned
+    return Layout.STRIDED, misaligned

@@ -477,8 +477,7 @@ class WorkerSession:
         seconds = time.monotonic() - started
         if not reply.get("ok"):
             self._raise_if_build_failed(reply, "the call")
-            kind = "device-fault" if reply.get("device_fault") else "exception"
-            raise ExecutionIncident(kind, str(reply.get("error")), str(reply.get("traceback", "")))
+            raise self._refused(reply)
         read = self._reader
         try:
             outputs = wire.decode_value(reply["outputs"], reply_blobs, read)
@@ -525,8 +524,7 @@ class WorkerSession:
         }
         reply, reply_blobs = self._exchange(header, [], self.timeout)
         if not reply.get("ok"):
-            kind = "device-fault" if reply.get("device_fault") else "exception"
-            raise ExecutionIncident(kind, str(reply.get("error")), str(reply.get("traceback", "")))
+            raise self._refused(reply)
         try:
             kept = reply["kept"]
             if not isinstance(kept, dict) or sorted(kept) != sorted(names):
@@ -632,6 +630,19 @@ class WorkerSession:
             paid = clock.record(op or str(header.get("op")))
             if paid is not None:
                 self.compile_paid.append(paid | {"at": self.compile_context})
+
+    def _refused(self, reply: dict[str, Any]) -> ExecutionIncident:
+        """The incident for a request the worker answered with an error.
+
+        After a device fault the worker exits (code 3: its CUDA context is lost); it is
+        retired here, so the next request starts a fresh one instead of meeting the dying
+        process and reporting its exit as a fault of that next request.
+        """
+        detail, log = str(reply.get("error")), str(reply.get("traceback", ""))
+        if not reply.get("device_fault"):
+            return ExecutionIncident("exception", detail, log)
+        self.close(wait=False)
+        return ExecutionIncident("device-fault", detail, log)
 
     def _death(self) -> ExecutionIncident:
         process = self._process
