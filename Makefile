@@ -21,9 +21,10 @@ demo: setup
 	$(VENV)/bin/kernelgate demo examples/softmax
 
 # One pytest worker a core: most tests wait on a candidate's worker process, and the red-team
-# calibration is one test an entry so that the workers share it.
+# calibration is one test an entry so that the workers share it. --durations keeps the slowest
+# tests in the CI log, so that a test that grows slow is seen.
 test: setup
-	$(PY) -m pytest -q -n auto --dist worksteal
+	$(PY) -m pytest -q -n auto --dist worksteal --durations=25
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

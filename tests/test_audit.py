@@ -277,10 +277,22 @@ def test_audit_writes_a_complete_report(
 
 
 def test_audit_usage_errors_exit_two(tmp_path: Path) -> None:
-    missing = kernelgate("audit", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"))
-    assert missing.returncode == 2 and "not found" in missing.stderr
-    bad_format = kernelgate("audit", str(tmp_path), "--out", str(tmp_path / "o"), "--format", "zip")
-    assert bad_format.returncode == 2 and "unknown corpus format" in bad_format.stderr
+    """Each refused before anything is judged. The first two run the command in this process
+    (no CLI start-up, seconds of CPU each); the last, as a user would, in a process of its
+    own: its stderr must hold no traceback."""
+    from typer.testing import CliRunner
+
+    from kernelgate.cli import app
+
+    missing = CliRunner().invoke(
+        app, ["audit", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]
+    )
+    assert missing.exit_code == 2 and "not found" in " ".join(missing.output.split())
+    bad_format = CliRunner().invoke(
+        app, ["audit", str(tmp_path), "--out", str(tmp_path / "o"), "--format", "zip"]
+    )
+    assert bad_format.exit_code == 2
+    assert "unknown corpus format" in " ".join(bad_format.output.split())
     no_memory = kernelgate(
         "audit", str(tmp_path), "--out", str(tmp_path / "o"), "--host-memory", "0"
     )
@@ -342,10 +354,17 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     }
     # both audit processes are in the run log, and every row belongs to one of them
     assert summary["throughput"]["runs"] == 2 and summary["throughput"]["rows_without_run"] == 0
+    # The commands below that judge nothing run in this process (CliRunner): the same
+    # command code without a CLI start-up (seconds of CPU each); the ones that judge run
+    # as the user would, in a process of their own.
+    from typer.testing import CliRunner
+
+    from kernelgate.cli import app
+
     # the report can be rebuilt from the store alone, without judging anything
     (out / "summary.json").unlink()
-    rebuilt = kernelgate("audit-report", str(out))
-    assert rebuilt.returncode == 0, rebuilt.stderr
+    rebuilt = CliRunner().invoke(app, ["audit-report", str(out)])
+    assert rebuilt.exit_code == 0, rebuilt.output
     assert json.loads((out / "summary.json").read_text())["rows"] == summary["rows"]
     # --retry-errors judges again a record whose judge failed (here: a row made an error)
     with sqlite3.connect(store) as db:
@@ -364,15 +383,13 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     rows = json.loads((out / "summary.json").read_text())["rows"]
     assert sorted(row["id"] for row in rows) == sorted(names)
     assert "EXC-01" in next(r for r in rows if r["id"] == "nan_swallow")["failed_gates"]
-    unknown = kernelgate("audit", str(corpus), "--out", str(out), "--resume", "--rejudge", "X-9")
-    assert unknown.returncode == 2 and "unknown gate" in unknown.stderr
+    unknown = CliRunner().invoke(
+        app, ["audit", str(corpus), "--out", str(out), "--resume", "--rejudge", "X-9"]
+    )
+    assert unknown.exit_code == 2 and "unknown gate" in " ".join(unknown.output.split())
     # a resume that would run other gates (a full audit here) would mix rows of two
     # selections: refused, naming what differs; an unknown gate for --only is a usage error
-    # (both refused before any judge starts: the command in this process, no CLI start-up)
-    from typer.testing import CliRunner
-
-    from kernelgate.cli import app
-
+    # (both refused before any judge starts)
     full = audit_command(corpus, out, "--resume")
     other_gates = CliRunner().invoke(app, full)
     assert other_gates.exit_code == 2
@@ -383,8 +400,8 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     assert stored_rows(out).keys() == set(names)  # neither touched the store
     # a resume on other records (the corpus changed) is refused, naming what differs
     (corpus / "honest" / "candidate.py").write_text("# changed\n")
-    refused = kernelgate("audit", str(corpus), "--out", str(out), "--resume")
-    assert refused.returncode == 2 and "source_sha256" in refused.stderr
+    refused = CliRunner().invoke(app, ["audit", str(corpus), "--out", str(out), "--resume"])
+    assert refused.exit_code == 2 and "source_sha256" in " ".join(refused.output.split())
 
 
 # -- SIGINT, SIGTERM and --resume ------------------------------------------------------------------
@@ -747,12 +764,20 @@ def test_ray_executor_matches_local(
     assert outcomes(remote) == outcomes(local)
 
 
-def test_a_judge_killed_from_outside_is_judged_again_alone(tmp_path: Path) -> None:
-    """The OOM killer takes a judge when several big records meet: its record is judged once
-    more after the others, with the machine to itself, and keeps an error row only if that
-    fails too (here the reference kills its judge every time)."""
-    corpus = write_pairs(tmp_path / "corpus", ["honest"])
-    counter = tmp_path / "judge-starts.txt"
+@pytest.fixture(scope="module")
+def retried_alone_audit(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One audit (two workers) of an honest record beside two that fail in the pool for
+    reasons that may be their neighbours': ``killed``, whose reference SIGKILLs its judge
+    every time (as the OOM killer would), and ``greedy``, whose candidate raises CUDA's
+    out-of-memory error. Both retries to judge alone are independent of each other, so
+    one audit serves the two tests below (one CLI start-up and one honest judge fewer):
+    the audit folder (``judge-starts.txt``: a line per start of ``killed``'s judge) and
+    the finished command."""
+    root = tmp_path_factory.mktemp("retried-alone")
+    corpus = write_pairs(root / "corpus", ["honest"])
+    counter = root / "judge-starts.txt"
     killer = corpus / "killed"
     killer.mkdir()
     (killer / "reference.py").write_text(
@@ -762,22 +787,6 @@ def test_a_judge_killed_from_outside_is_judged_again_alone(tmp_path: Path) -> No
         "    os.kill(os.getpid(), signal.SIGKILL)\n" + REFERENCE
     )
     (killer / "candidate.py").write_text(CANDIDATES["honest"])
-    out = tmp_path / "out"
-    result = kernelgate(*audit_args(corpus, out, "--workers", "2"))
-    assert result.returncode == 0, result.stderr
-    rows = {row["id"]: row for row in json.loads((out / "summary.json").read_text())["rows"]}
-    assert rows["honest"]["verdict"] == EXPECTED["honest"][0]
-    assert rows["killed"]["verdict"] == "error" and "signal 9" in rows["killed"]["reason"]
-    assert counter.read_text().count("start") == 2  # in the pool, then alone
-
-
-def test_a_record_out_of_device_memory_beside_others_is_judged_again_alone(
-    tmp_path: Path,
-) -> None:
-    """CUDA's out-of-memory error beside other judges on one GPU may be theirs: the record
-    is judged once more alone, and that verdict stands (here the candidate raises it always,
-    so it is rejected by RES-01 either way)."""
-    corpus = write_pairs(tmp_path / "corpus", ["honest"])
     greedy = corpus / "greedy"
     greedy.mkdir()
     (greedy / "reference.py").write_text(REFERENCE)
@@ -786,10 +795,35 @@ def test_a_record_out_of_device_memory_beside_others_is_judged_again_alone(
         "    def forward(self, x):\n"
         "        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2 GiB')\n"
     )
-    out = tmp_path / "out"
-    result = kernelgate(*audit_args(corpus, out, "--workers", "2"))
+    out = root / "out"
+    return root, kernelgate(*audit_args(corpus, out, "--workers", "2"))
+
+
+def test_a_judge_killed_from_outside_is_judged_again_alone(
+    retried_alone_audit: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """The OOM killer takes a judge when several big records meet: its record is judged once
+    more after the others, with the machine to itself, and keeps an error row only if that
+    fails too (here the reference kills its judge every time)."""
+    root, result = retried_alone_audit
     assert result.returncode == 0, result.stderr
-    rows = stored_rows(out)
+    rows = {
+        row["id"]: row for row in json.loads((root / "out" / "summary.json").read_text())["rows"]
+    }
+    assert rows["honest"]["verdict"] == EXPECTED["honest"][0]
+    assert rows["killed"]["verdict"] == "error" and "signal 9" in rows["killed"]["reason"]
+    assert (root / "judge-starts.txt").read_text().count("start") == 2  # in the pool, then alone
+
+
+def test_a_record_out_of_device_memory_beside_others_is_judged_again_alone(
+    retried_alone_audit: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """CUDA's out-of-memory error beside other judges on one GPU may be theirs: the record
+    is judged once more alone, and that verdict stands (here the candidate raises it always,
+    so it is rejected by RES-01 either way)."""
+    root, result = retried_alone_audit
+    assert result.returncode == 0, result.stderr
+    rows = stored_rows(root / "out")
     assert rows["greedy"]["judged_alone"] and rows["greedy"]["device_memory_incident"]
     assert rows["greedy"]["verdict"] == "rejected" and "RES-01" in rows["greedy"]["failed_gates"]
     assert not rows["honest"].get("judged_alone") and rows["honest"]["verdict"] == "verified"

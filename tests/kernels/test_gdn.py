@@ -244,11 +244,15 @@ def test_kernels_compile_for_sm90_without_spills():
     original_run = InterpretedFunction.run
     recorder.install(interpreter=True)
     try:
+        # batch 1 everywhere: the batch is only in the launch grid, never in a kernel's
+        # arguments or constexprs, so it changes no compiled specialization (batch 2 at the
+        # example's T = 130 records the same launches), and the interpreter runs half the
+        # programs
         for batch, seq_len, heads, dim, dtype, misaligned in (
             (1, 128, 2, 128, torch.bfloat16, False),
             (1, 128, 2, 128, torch.float32, False),
-            (2, 130, 2, 32, torch.float32, False),
-            (2, 130, 2, 32, torch.float32, True),
+            (1, 130, 2, 32, torch.float32, False),
+            (1, 130, 2, 32, torch.float32, True),
         ):
             inputs = make_inputs(batch, seq_len, heads, dim, dim, dtype=dtype)
             xs = [x.detach().clone().requires_grad_() for x in inputs]
