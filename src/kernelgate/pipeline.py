@@ -32,7 +32,14 @@ from kernelgate.sandbox import confine
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
 from kernelgate.sandbox.wire import UnsupportedDtype
-from kernelgate.static import Finding, RuleResult, StaticPolicy, analyse, rule_results
+from kernelgate.static import (
+    Finding,
+    RuleResult,
+    StaticPolicy,
+    analyse,
+    rule_results,
+    with_dynamic_uses,
+)
 from kernelgate.verdict import Outcome, Verdict, combine, environment
 
 DEFAULT_TIMEOUT = 60.0
@@ -163,6 +170,8 @@ def verify(
     except BaseException:
         session.close()
         raise
+    # FORBID-01's dynamic half: the worker watches for the same names (forbidden_watch.py)
+    session.forbidden = forbidden_names(contract, forbid)
     for name in forbid:  # a replay judges by the same rules
         replay += ["--forbid", name]
     for rule_id in hard_static:
@@ -214,6 +223,7 @@ def verify(
         # A derived contract checked the reference's inputs and outputs; a contract given
         # by hand did not, and the first encoding of such a value (a gate's) lands here.
         raise UnsupportedDtypeError(f"a value of the reference: {exc}") from None
+    rules = with_dynamic_uses(rules, session.forbidden_uses)
     outcome, skipped = combine(results, rules)
     narrowed_to = (
         narrowed_domain(contract, results) if outcome is Outcome.NARROWED else None
@@ -250,9 +260,9 @@ def static_evidence(
 ) -> tuple[list[Finding], list[RuleResult]]:
     """The static layer's findings over ``candidate`` and the rules they decide, under the
     contract's ``rules`` policy widened by the options. Reads files only: the candidate is
-    neither imported nor run. (FORBID-01's dynamic half, in the worker, would take the same
-    ``forbidden`` tuple and add its call sites to the same rule entry.)"""
-    forbidden = tuple(dict.fromkeys([*contract.rules.forbidden, *forbid]))
+    neither imported nor run. (FORBID-01's dynamic half, in the worker, takes the same
+    names, ``forbidden_names``, and adds its call sites to the same rule entry.)"""
+    forbidden = forbidden_names(contract, forbid)
     hard = frozenset([*contract.rules.hard_static, *hard_static])
     float32 = any("float32" in spec.dtypes for spec in contract.tensor_inputs)
     try:
@@ -260,6 +270,11 @@ def static_evidence(
     except ValueError as exc:  # an unknown rule id in the policy: a usage error
         raise KernelgateError(str(exc)) from None
     return findings, rule_results(findings, forbidden, hard)
+
+
+def forbidden_names(contract: Contract, forbid: Sequence[str] = ()) -> tuple[str, ...]:
+    """FORBID-01's names: the contract's ``rules.forbidden`` and the options', once each."""
+    return tuple(dict.fromkeys([*contract.rules.forbidden, *forbid]))
 
 
 def compile_evidence(session: WorkerSession, fresh: list[dict[str, Any]]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from kernelgate.sandbox.compile_budget import (
     CallClock,
     CompileBudget,
 )
+from kernelgate.sandbox.forbidden_watch import merge_uses, parse_uses
 
 
 @dataclass
@@ -119,6 +120,10 @@ class WorkerSession:
     _ipc_refused: bool = field(default=False, repr=False)
     _mappings: cuda_ipc.Mappings | None = field(default=None, repr=False)
     _last_clock: CallClock | None = field(default=None, repr=False)  # see ``_exchange``
+    # FORBID-01's dynamic half (sandbox/forbidden_watch.py): the names the worker watches
+    # for, and the uses its replies reported (merged, bounded)
+    forbidden: tuple[str, ...] = ()
+    forbidden_uses: list[dict[str, Any]] = field(default_factory=list)
 
     # -- life cycle -----------------------------------------------------------------------
     def spawn(self) -> None:
@@ -256,6 +261,8 @@ class WorkerSession:
         }
         if self.clock_mode:
             header["clock_mode"] = self.clock_mode
+        if self.forbidden:
+            header["forbidden"] = list(self.forbidden)
         try:
             reply, _ = self._exchange(header, blobs, self.load_timeout, op="load")
         except ExecutionIncident as incident:
@@ -270,6 +277,7 @@ class WorkerSession:
                 f"candidate {self.candidate} failed to load{failed}: "
                 f"{reply.get('error', 'unknown error')}"
             )
+        merge_uses(self.forbidden_uses, parse_uses(reply.get("forbidden")))
         self._loaded = True
 
     # -- the data path ----------------------------------------------------------------------
@@ -403,6 +411,7 @@ class WorkerSession:
                 f"ModelNew(*init_inputs) raised: {reply.get('error')}",
                 str(reply.get("traceback", "")),
             )
+        merge_uses(self.forbidden_uses, parse_uses(reply.get("forbidden")))
         self._built_for = None if init_inputs is None else key
 
     def choice_points(self) -> list[ChoicePoint]:
@@ -493,6 +502,7 @@ class WorkerSession:
         kernels = reply.get("kernels")
         if isinstance(kernels, list):
             self.kernels.extend(k for k in kernels if isinstance(k, dict))
+        merge_uses(self.forbidden_uses, parse_uses(reply.get("forbidden")))
         return CallResult(outputs, after, allocations, seconds)
 
     # -- outputs kept across calls (ORD-02) -----------------------------------------------
