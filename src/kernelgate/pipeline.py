@@ -24,6 +24,13 @@ from kernelgate.formats.kernelbench import (
     check_candidate_source,
     load_reference,
 )
+from kernelgate.formats.problem import (
+    MODEL_CLASS,
+    Problem,
+    judge_declared_shapes,
+    reference_weights,
+    sizes_of_key,
+)
 from kernelgate.gates import GATE_IDS, GATES
 from kernelgate.gates.base import GateContext, GateResult, run_gate
 from kernelgate.journal import GateJournal
@@ -97,6 +104,7 @@ def verify(
     session: WorkerSession | None = None,
     forbid: Sequence[str] = (),
     hard_static: Sequence[str] = (),
+    problem: Problem | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -123,6 +131,10 @@ def verify(
     ``hard_static``: static rules whose findings reject, on top of the contract's
     ``rules.hard_static``. The static layer reads the candidate's files before the worker
     loads it (``static_evidence``); its findings and the rules go into the verdict.
+    ``problem``: a problem folder (formats/problem.py) whose ``reference.py`` is
+    ``reference``: the candidate is its solution (``Model``, weights shared from the
+    reference), its ``forbidden`` names join ``forbid``, and SHAPES-01 judges every declared
+    shape after the gates.
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -132,13 +144,15 @@ def verify(
             f"unknown gate(s) {', '.join(sorted(unknown))}; known: {', '.join(GATE_IDS)}"
         )
     program = load_reference(reference)
-    backend = candidate_backend(check_candidate_source(candidate))
+    class_name = MODEL_CLASS if problem is not None else "ModelNew"
+    backend = candidate_backend(check_candidate_source(candidate, class_name))
     if backend == "cuda" and device == "cpu":
         raise KernelgateError(
             f"candidate {candidate} is a CUDA C++ extension and needs a GPU: "
             "run it with --device cuda on a machine with one"
         )
-    replay = ["kernelgate", "verify", str(reference), str(candidate), "--device", device]
+    stated = str(problem.folder) if problem is not None else str(reference)
+    replay = ["kernelgate", "verify", stated, str(candidate), "--device", device]
     if isinstance(contract, str | Path):  # a contract file: replays must judge by it too
         replay += ["--contract", str(contract)]
         contract = load_contract(contract)
@@ -158,6 +172,9 @@ def verify(
     ):
         raise ValueError("the worker spawned ahead was made for another candidate or settings")
     session.init_inputs = program.init_inputs()  # sent with the load, after the spawn
+    if problem is not None:  # the solution's Model, with the reference's weights
+        session.model_class = MODEL_CLASS
+        session.weights = lambda init, key: reference_weights(program, init, sizes_of_key(key))
     try:
         require_supported_dtypes(session.init_inputs, "get_init_inputs()")
         contract = contract or contract_for(program)  # library entry if it matches, else derived
@@ -166,12 +183,15 @@ def verify(
         session.close()
         raise
     try:
-        findings, rules = static_evidence(candidate, contract, forbid, hard_static)
+        stated_forbidden = problem.forbidden if problem is not None else ()
+        findings, rules = static_evidence(
+            candidate, contract, (*stated_forbidden, *forbid), hard_static
+        )
     except BaseException:
         session.close()
         raise
     # FORBID-01's dynamic half: the worker watches for the same names (forbidden_watch.py)
-    session.forbidden = forbidden_names(contract, forbid)
+    session.forbidden = forbidden_names(contract, (*stated_forbidden, *forbid))
     for name in forbid:  # a replay judges by the same rules
         replay += ["--forbid", name]
     for rule_id in hard_static:
@@ -216,6 +236,8 @@ def verify(
                     results.append(result)
                     if on_gate is not None:
                         on_gate(gate.id, result)
+                if problem is not None:  # every declared shape: a failure rejects
+                    rules.append(judge_declared_shapes(ctx, problem))
             finally:
                 ctx.close_spare()  # a prefetched worker no gate took
                 settle_retired_workers()  # fresh instances told to exit: gone before the verdict
@@ -249,6 +271,7 @@ def verify(
         compile=compile_evidence(session, ctx.fresh_compile_paid),
         static=findings,
         rules=rules,
+        problem=problem.summary() if problem is not None else None,
     )
 
 

@@ -44,6 +44,9 @@ class Verdict(Serializable):
     # with status fail rejects the verdict while the gates' results stay as they are.
     static: list[Finding] = field(default_factory=list)
     rules: list[RuleResult] = field(default_factory=list)
+    # A problem folder's statement (formats/problem.py) when the candidate was judged
+    # against one: name, precision, tolerance, forbidden, declared shapes
+    problem: dict[str, Any] | None = None
     schema: str = VERDICT_SCHEMA
 
     @property

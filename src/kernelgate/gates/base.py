@@ -836,6 +836,8 @@ class GateContext:
             isolation_mode=main.isolation_mode,
             confine_skip=list(main.confine_skip),
             forbidden=main.forbidden,
+            model_class=main.model_class,
+            weights=main.weights,
         )
         session.spawn()
         return session

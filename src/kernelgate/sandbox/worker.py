@@ -180,13 +180,15 @@ class Worker:
             sys.modules[CANDIDATE_MODULE] = module
             with self.watch.watching("load"):
                 spec.loader.exec_module(module)
-            model_cls = getattr(module, "ModelNew", None)
+            class_name = str(header.get("model_class", "ModelNew"))
+            model_cls = getattr(module, class_name, None)
             if model_cls is None:
-                raise AttributeError("candidate defines no ModelNew")
+                raise AttributeError(f"candidate defines no {class_name}")
             self.model_cls = model_cls  # kept for ``construct`` (CMP-03's other sizes)
             set_seed(KERNELBENCH_SEED)
             with self.watch.watching("load"):
                 self.model = model_cls(*init_inputs)
+                _load_weights(self.model, header, blobs)
             if isinstance(self.model, torch.nn.Module):
                 self.model = self.model.to(self.device)
             if self.device.type == "cuda":
@@ -210,6 +212,7 @@ class Worker:
             set_seed(KERNELBENCH_SEED)
             with self.watch.watching("construct"):
                 model = self.model_cls(*init_inputs)
+                _load_weights(model, header, blobs)
             if isinstance(model, torch.nn.Module):
                 model = model.to(self.device)
             if self.device.type == "cuda":
@@ -355,6 +358,28 @@ class KeptOutputs:
 
     value: Any
     storages: list[torch.UntypedStorage]
+
+
+def _load_weights(model: Any, header: dict[str, Any], blobs: list[bytes]) -> None:
+    """Load the weights a request carries (a problem folder's reference ``state_dict``)
+    into ``model`` with ``load_state_dict(strict=True)``: a solution whose parameters
+    differ in name or shape fails to load, with torch's own account of the difference."""
+    node = header.get("weights")
+    if node is None:
+        return
+    names = node["names"]
+    tensors = [
+        _materialize(t, torch.device("cpu")) for t in wire.decode_value(node["tensors"], blobs)
+    ]
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("the solution's Model is not a torch.nn.Module: no weights to share")
+    try:
+        model.load_state_dict(dict(zip(names, tensors, strict=True)), strict=True)
+    except RuntimeError as exc:
+        raise RuntimeError(
+            f"the reference's weights do not load into the solution's Model "
+            f"(load_state_dict strict=True): {exc}"
+        ) from None
 
 
 def _may_keep(name: Any, kept: dict[str, Any]) -> bool:
