@@ -22,7 +22,7 @@ from kernelgate.gates.base import Status
 from kernelgate.pipeline import verify
 from kernelgate.verdict import Outcome
 
-from .conftest import kernelgate
+from .conftest import audit_command, kernelgate
 
 ROOT = Path(__file__).parent.parent
 SOFTMAX = ROOT / "examples" / "problems" / "softmax"
@@ -172,3 +172,31 @@ def test_cli_verifies_a_problem_folder() -> None:
     )
     assert result.returncode == 1, result.stderr
     assert "rule SHAPES-01 failed" in result.stdout
+
+
+def test_audit_of_a_problem_corpus_judges_by_the_folder(tmp_path: Path) -> None:
+    import json
+    import sqlite3
+
+    from kernelgate.audit.store import STORE_NAME
+
+    for name, solution in [
+        ("honest", SOFTMAX / "solution.py"),
+        ("wrong", DATA / "softmax_wrong_at_257.py"),
+    ]:
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        shutil.copy(solution, run / "solution.py")
+        (run / "run.yaml").write_text(f"problem: {SOFTMAX.resolve()}\nverdict: accepted\n")
+    out = tmp_path / "out"
+    command = audit_command(tmp_path / "runs", out, "--format", "problem", "--only", "CMP-01")
+    result = kernelgate(*command, timeout=600)
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(out / STORE_NAME) as db:
+        rows = {i: json.loads(d) for i, d in db.execute("SELECT id, data FROM rows")}
+    honest, wrong = rows["honest"], rows["wrong"]
+    assert honest["verdict"] == "verified" and honest["old_check"] == "accepted"
+    assert honest["old_check_detail"]["trials"] == 9
+    assert wrong["verdict"] == "rejected" and wrong["failed_rules"] == ["SHAPES-01"]
+    assert wrong["old_check"] == "rejected"  # the folder's own rule sees dim=257 too
+    assert str(SOFTMAX.resolve()) in wrong["replay"]

@@ -340,7 +340,12 @@ def audit_command(
     ],
     out: Annotated[Path, typer.Option("--out", help="output folder: store, report, plots")],
     fmt: Annotated[
-        str, typer.Option("--format", help="auto, kernelbench-run, cuda-l1 or pairs")
+        str,
+        typer.Option(
+            "--format",
+            help="auto, kernelbench-run, cuda-l1, pairs or problem (a folder of runs, each "
+            "solution.py and run.yaml naming its problem folder)",
+        ),
     ] = "auto",
     problems: Annotated[
         Path | None,
