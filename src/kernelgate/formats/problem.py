@@ -239,6 +239,7 @@ def judge_declared_shapes(ctx: GateContext, problem: Problem) -> RuleResult:
 
     if ctx.halted:
         return RuleResult(SHAPES_RULE, Status.SKIPPED, f"not run: {ctx.halted}")
+    ctx.gate_id = ctx.session.compile_context = SHAPES_RULE  # for the trace and the budget
     failures: list[str] = []
     for index, sizes in enumerate(problem.shapes):
         label = "declared " + ",".join(f"{k}={v}" for k, v in sizes.items())

@@ -188,7 +188,7 @@ class Worker:
             set_seed(KERNELBENCH_SEED)
             with self.watch.watching("load"):
                 self.model = model_cls(*init_inputs)
-                _load_weights(self.model, header, blobs)
+            _load_weights(self.model, header, blobs)  # the judge's weights: not watched
             if isinstance(self.model, torch.nn.Module):
                 self.model = self.model.to(self.device)
             if self.device.type == "cuda":
@@ -212,7 +212,7 @@ class Worker:
             set_seed(KERNELBENCH_SEED)
             with self.watch.watching("construct"):
                 model = self.model_cls(*init_inputs)
-                _load_weights(model, header, blobs)
+            _load_weights(model, header, blobs)
             if isinstance(model, torch.nn.Module):
                 model = model.to(self.device)
             if self.device.type == "cuda":
