@@ -57,7 +57,12 @@ def test_forbidden_call_rejects_with_the_gates_kept(tmp_path: Path) -> None:
     assert evidence["verdict"] == "rejected"
     assert evidence["failed_rules"] == ["FORBID-01"] and evidence["failed_gates"] == []
     (rule,) = evidence["rules"]
-    assert rule["status"] == "fail" and rule["where"] == ["honest.py:30"]
+    # the static site, then the same call as the worker saw it run (FORBID-01's dynamic half)
+    assert rule["status"] == "fail" and rule["where"][0] == "honest.py:30"
+    assert rule["where"][1:] == [
+        "honest.py:30 (torch call `torch.empty_like`, call)",
+        "honest.py:30 (aten op (dispatch) `aten.empty_like.default`, call)",
+    ]
     assert next(g for g in evidence["gates"] if g["id"] == "CMP-01")["status"] == "pass"
     assert evidence["static"][0]["severity"] == "hard"
 

@@ -111,9 +111,16 @@ def gate_table(verdict: Verdict) -> Table:
 @command("verify")
 def verify_command(
     reference: Annotated[
-        Path, typer.Argument(help="KernelBench reference: Model, get_inputs, get_init_inputs")
+        Path,
+        typer.Argument(
+            help="KernelBench reference (Model, get_inputs, get_init_inputs), or a problem "
+            "folder (problem.yaml, reference.py, shapes.py; docs/usage.md)"
+        ),
     ],
-    candidate: Annotated[Path, typer.Argument(help="candidate file defining ModelNew")],
+    candidate: Annotated[
+        Path,
+        typer.Argument(help="candidate file defining ModelNew (a problem's solution: Model)"),
+    ],
     device: DeviceOption = "cpu",
     timeout: TimeoutOption = 60.0,
     compile_timeout: CompileTimeoutOption = DEFAULT_COMPILE_TIMEOUT,
@@ -163,8 +170,10 @@ def verify_command(
     """Verify CANDIDATE against REFERENCE and print the gates and the verdict (with --json,
     the evidence's SHA-256 too: `sha256sum FILE` must print the same; docs/security.md)."""
     from kernelgate.audit.settled import worker_tree_settled
+    from kernelgate.formats.problem import load_problem
     from kernelgate.pipeline import verify
 
+    problem = load_problem(reference) if reference.is_dir() else None
     with worker_tree_settled() as settled, work_progress(errors, "gates") as progress:
         task = progress.add_task("loading reference and candidate", total=len(GATE_IDS))
 
@@ -175,7 +184,7 @@ def verify_command(
                 progress.advance(task)
 
         verdict = verify(
-            reference,
+            problem.reference if problem is not None else reference,
             candidate,
             contract=contract_file,  # verify() loads it and names it in replays
             device=device,
@@ -188,6 +197,7 @@ def verify_command(
             forbid=forbid or (),
             hard_static=hard_static or (),
             strict=strict,
+            problem=problem,
         )
     # Every worker of the verification, and whatever its candidate left running, is gone
     # now (``worker_tree_settled``): nothing of the candidate's can rewrite the evidence.
@@ -346,7 +356,12 @@ def audit_command(
     ],
     out: Annotated[Path, typer.Option("--out", help="output folder: store, report, plots")],
     fmt: Annotated[
-        str, typer.Option("--format", help="auto, kernelbench-run, cuda-l1 or pairs")
+        str,
+        typer.Option(
+            "--format",
+            help="auto, kernelbench-run, cuda-l1, pairs or problem (a folder of runs, each "
+            "solution.py and run.yaml naming its problem folder)",
+        ),
     ] = "auto",
     problems: Annotated[
         Path | None,

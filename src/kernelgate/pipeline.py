@@ -25,6 +25,13 @@ from kernelgate.formats.kernelbench import (
     check_candidate_source,
     load_reference,
 )
+from kernelgate.formats.problem import (
+    MODEL_CLASS,
+    Problem,
+    judge_declared_shapes,
+    reference_weights,
+    sizes_of_key,
+)
 from kernelgate.gates import GATE_IDS, GATES
 from kernelgate.gates.base import GateContext, GateResult, run_gate
 from kernelgate.journal import GateJournal
@@ -33,7 +40,14 @@ from kernelgate.sandbox import confine
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
 from kernelgate.sandbox.wire import UnsupportedDtype
-from kernelgate.static import Finding, RuleResult, StaticPolicy, analyse, rule_results
+from kernelgate.static import (
+    Finding,
+    RuleResult,
+    StaticPolicy,
+    analyse,
+    rule_results,
+    with_dynamic_uses,
+)
 from kernelgate.verdict import Outcome, Verdict, combine, environment
 
 DEFAULT_TIMEOUT = 60.0
@@ -92,6 +106,7 @@ def verify(
     forbid: Sequence[str] = (),
     hard_static: Sequence[str] = (),
     strict: bool = False,
+    problem: Problem | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -120,6 +135,10 @@ def verify(
     loads it (``static_evidence``); its findings and the rules go into the verdict.
     ``strict``: reject a kernel instead of narrowing it around a fault it does not guard
     (``unguarded_precondition``: a device fault on an offset or strided view; domain.py).
+    ``problem``: a problem folder (formats/problem.py) whose ``reference.py`` is
+    ``reference``: the candidate is its solution (``Model``, weights shared from the
+    reference), its ``forbidden`` names join ``forbid``, and SHAPES-01 judges every declared
+    shape after the gates.
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -129,13 +148,15 @@ def verify(
             f"unknown gate(s) {', '.join(sorted(unknown))}; known: {', '.join(GATE_IDS)}"
         )
     program = load_reference(reference)
-    backend = candidate_backend(check_candidate_source(candidate))
+    class_name = MODEL_CLASS if problem is not None else "ModelNew"
+    backend = candidate_backend(check_candidate_source(candidate, class_name))
     if backend == "cuda" and device == "cpu":
         raise KernelgateError(
             f"candidate {candidate} is a CUDA C++ extension and needs a GPU: "
             "run it with --device cuda on a machine with one"
         )
-    replay = ["kernelgate", "verify", str(reference), str(candidate), "--device", device]
+    stated = str(problem.folder) if problem is not None else str(reference)
+    replay = ["kernelgate", "verify", stated, str(candidate), "--device", device]
     if isinstance(contract, str | Path):  # a contract file: replays must judge by it too
         replay += ["--contract", str(contract)]
         contract = load_contract(contract)
@@ -155,6 +176,9 @@ def verify(
     ):
         raise ValueError("the worker spawned ahead was made for another candidate or settings")
     session.init_inputs = program.init_inputs()  # sent with the load, after the spawn
+    if problem is not None:  # the solution's Model, with the reference's weights
+        session.model_class = MODEL_CLASS
+        session.weights = lambda init, key: reference_weights(program, init, sizes_of_key(key))
     try:
         require_supported_dtypes(session.init_inputs, "get_init_inputs()")
         contract = contract or contract_for(program)  # library entry if it matches, else derived
@@ -163,10 +187,15 @@ def verify(
         session.close()
         raise
     try:
-        findings, rules = static_evidence(candidate, contract, forbid, hard_static)
+        stated_forbidden = problem.forbidden if problem is not None else ()
+        findings, rules = static_evidence(
+            candidate, contract, (*stated_forbidden, *forbid), hard_static
+        )
     except BaseException:
         session.close()
         raise
+    # FORBID-01's dynamic half: the worker watches for the same names (forbidden_watch.py)
+    session.forbidden = forbidden_names(contract, (*stated_forbidden, *forbid))
     for name in forbid:  # a replay judges by the same rules
         replay += ["--forbid", name]
     for rule_id in hard_static:
@@ -213,6 +242,8 @@ def verify(
                     results.append(result)
                     if on_gate is not None:
                         on_gate(gate.id, result)
+                if problem is not None:  # every declared shape: a failure rejects
+                    rules.append(judge_declared_shapes(ctx, problem))
             finally:
                 ctx.close_spare()  # a prefetched worker no gate took
                 settle_retired_workers()  # fresh instances told to exit: gone before the verdict
@@ -220,6 +251,7 @@ def verify(
         # A derived contract checked the reference's inputs and outputs; a contract given
         # by hand did not, and the first encoding of such a value (a gate's) lands here.
         raise UnsupportedDtypeError(f"a value of the reference: {exc}") from None
+    rules = with_dynamic_uses(rules, session.forbidden_uses)
     outcome, skipped = combine(results, rules, strict=strict)
     narrowed_to = (
         narrowed_domain(contract, results) if outcome is Outcome.NARROWED else None
@@ -247,6 +279,7 @@ def verify(
         rules=rules,
         unguarded_precondition=unguarded_preconditions(results),
         strict=strict,
+        problem=problem.summary() if problem is not None else None,
     )
 
 
@@ -258,9 +291,9 @@ def static_evidence(
 ) -> tuple[list[Finding], list[RuleResult]]:
     """The static layer's findings over ``candidate`` and the rules they decide, under the
     contract's ``rules`` policy widened by the options. Reads files only: the candidate is
-    neither imported nor run. (FORBID-01's dynamic half, in the worker, would take the same
-    ``forbidden`` tuple and add its call sites to the same rule entry.)"""
-    forbidden = tuple(dict.fromkeys([*contract.rules.forbidden, *forbid]))
+    neither imported nor run. (FORBID-01's dynamic half, in the worker, takes the same
+    names, ``forbidden_names``, and adds its call sites to the same rule entry.)"""
+    forbidden = forbidden_names(contract, forbid)
     hard = frozenset([*contract.rules.hard_static, *hard_static])
     float32 = any("float32" in spec.dtypes for spec in contract.tensor_inputs)
     try:
@@ -268,6 +301,11 @@ def static_evidence(
     except ValueError as exc:  # an unknown rule id in the policy: a usage error
         raise KernelgateError(str(exc)) from None
     return findings, rule_results(findings, forbidden, hard)
+
+
+def forbidden_names(contract: Contract, forbid: Sequence[str] = ()) -> tuple[str, ...]:
+    """FORBID-01's names: the contract's ``rules.forbidden`` and the options', once each."""
+    return tuple(dict.fromkeys([*contract.rules.forbidden, *forbid]))
 
 
 def compile_evidence(session: WorkerSession, fresh: list[dict[str, Any]]) -> dict[str, Any]:

@@ -48,6 +48,9 @@ class Verdict(Serializable):
     # kernel's preconditions it does not guard, named; ``strict`` verdicts reject on them.
     unguarded_precondition: list[dict[str, Any]] = field(default_factory=list)
     strict: bool = False
+    # A problem folder's statement (formats/problem.py) when the candidate was judged
+    # against one: name, precision, tolerance, forbidden, declared shapes
+    problem: dict[str, Any] | None = None
     schema: str = VERDICT_SCHEMA
 
     @property

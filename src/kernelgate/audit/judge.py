@@ -506,9 +506,11 @@ def contract_coverage(contract: dict[str, Any], environment: dict[str, Any]) -> 
     }
 
 
-def record_key(reference: Path, candidate: Path, options: AuditOptions) -> str:
+def record_key(reference: Path, candidate: Path, options: AuditOptions, problem: Any = None) -> str:
     """What a record's resume files (the gate journal, the old check's result) were made
-    with: both programs' bytes, the code and every setting a gate's result depends on."""
+    with: both programs' bytes, the code and every setting a gate's result depends on
+    (for a problem folder, its statement: tolerance, forbidden names, declared shapes)."""
+    stated = {"problem": problem.summary()} if problem is not None else {}
     return journal_key(
         reference,
         candidate,
@@ -518,6 +520,7 @@ def record_key(reference: Path, candidate: Path, options: AuditOptions) -> str:
         compile_timeout=options.compile_timeout,
         seed=options.seed,
         only=options.gates_selected,  # a journal of other gates must not stand in for these
+        **stated,
     )
 
 
@@ -539,9 +542,11 @@ def judge_record(
     started = time.monotonic()
     row = base_row(record)
     reference, candidate = materialize(record, work)
+    problem = problem_of(record)
+    stated = problem.folder if problem is not None else reference  # what the verdict judges by
     only = options.gates_selected
     row |= {"reference": str(reference), "candidate": str(candidate), "only": only}
-    replay = ["kernelgate", "verify", str(reference), str(candidate), "--device", options.device]
+    replay = ["kernelgate", "verify", str(stated), str(candidate), "--device", options.device]
     for gate in only or ():  # a partial audit's verdict replays with the same selection
         replay += ["--only", gate]
     row["replay"] = shlex.join(replay)
@@ -550,7 +555,7 @@ def judge_record(
     except (OSError, UnicodeDecodeError):
         backend = None
     row["backend"] = backend
-    key = record_key(reference, candidate, options)
+    key = record_key(reference, candidate, options, problem)
     journal = GateJournal(work / JOURNAL_NAME, key)
     verdict = None
     # Both the old check and the gates run the candidate; whatever either left running is
@@ -571,9 +576,7 @@ def judge_record(
         if reserved:
             row["admission"] = reserved
         _log_step("old check ...")
-        old = _old_check(
-            reference, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch
-        )
+        old = _old_check(stated, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch)
         _log_step(f"old check {old['status']}")
         row |= {
             "old_check": old["status"],
@@ -594,6 +597,7 @@ def judge_record(
                 trace=_log_step,
                 scratch=scratch,
                 session=early,
+                problem=problem,
             )
         except CandidateLoadError as exc:
             row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
@@ -655,6 +659,16 @@ def judge_record(
     row["seconds"] = round(time.monotonic() - started, 2)
     row["peak_memory"] = peak_memory()
     return row
+
+
+def problem_of(record: CorpusRecord) -> Any:
+    """The problem folder a record of format ``problem`` names (formats/problem.py), loaded
+    in the judge (it is trusted, as a reference is); None for every other format."""
+    if record.format != "problem":
+        return None
+    from kernelgate.formats.problem import load_problem
+
+    return load_problem(record.source_ids["problem"])
 
 
 @contextlib.contextmanager

@@ -19,6 +19,11 @@ the result as JSON lines on a dedicated pipe; the judge keeps only validated num
 booleans and one-line strings. The old check is as gameable here as in its own harness (a
 candidate that patches ``torch.allclose`` fools it): that is the point of running it side by
 side with the contract.
+
+A problem folder (``formats/problem.py``) has its own rule instead, run the same way in the
+same confined child (``_problem_child``): every declared shape, three seeds each, the
+solution with the reference's weights, ``allclose`` at the yaml tolerance of the output's
+dtype.
 """
 
 from __future__ import annotations
@@ -347,6 +352,9 @@ def _child(result_fd: int, reference: str, candidate: str, device: str) -> None:
         pipe.flush()
 
     emit(phase="reference")
+    if os.path.isdir(reference):  # a problem folder: its own rule (``_problem_child``)
+        _problem_child(emit, reference, candidate, device)
+        return
     import importlib.util
 
     import torch
@@ -433,6 +441,102 @@ def _child(result_fd: int, reference: str, candidate: str, device: str) -> None:
             "passed_current": passed[1],
             "tolerance_legacy": LEGACY_TOLERANCE,
             "tolerance_current": tolerances[1],
+            "output_dtype": dtype_name,
+            "max_abs_diff": worst if math.isfinite(worst) else str(worst),
+            "failure": failure,
+        }
+    )
+
+
+def _problem_child(emit: Any, folder: str, candidate: str, device: str) -> None:
+    """A problem folder's own rule: at every declared shape and each of three seeds,
+    the solution's ``Model`` (with the reference's weights, ``load_state_dict(strict=True)``)
+    against the reference, ``allclose`` with the yaml tolerance of the output's dtype.
+    Reported in the fields KernelBench's check fills (``trials``: shapes x seeds; legacy and
+    current are the same rule here)."""
+    import importlib.util
+
+    import torch
+
+    from kernelgate.formats.problem import OLD_CHECK_SEEDS, load_problem, reference_weights
+
+    try:
+        problem = load_problem(folder)
+        program = problem.program
+        assert program is not None
+    except Exception as exc:
+        emit(result={"status": ERROR, "failure": f"problem: {type(exc).__name__}: {exc}"})
+        return
+    emit(phase="load")
+    target = torch.device(device)
+    try:
+        spec = importlib.util.spec_from_file_location("kernelgate_oldcheck_candidate", candidate)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        solution_cls = module.Model
+    except BaseException as exc:
+        emit(
+            result={
+                "status": REJECTED,
+                "compiled": False,
+                "failure": f"does not load: {type(exc).__name__}: {exc}",
+            }
+        )
+        return
+    trials = len(problem.shapes) * len(OLD_CHECK_SEEDS)
+    passed, worst, failure, dtype_name, tolerance = 0, 0.0, None, "", math.nan
+    for shape in problem.shapes:
+        with program.rebound(**shape):
+            init_inputs = program.init_inputs()
+            model = program.build_model(init_inputs).to(target)
+            names, tensors = reference_weights(program, init_inputs)
+            try:
+                solution = solution_cls(*init_inputs)
+                solution.load_state_dict(dict(zip(names, tensors, strict=True)), strict=True)
+                solution = solution.to(target)
+            except BaseException as exc:
+                failure = f"at {shape}: Model does not build: {type(exc).__name__}: {exc}"
+                break
+            for seed in OLD_CHECK_SEEDS:
+                emit(phase=f"trial {shape} seed {seed}")
+                inputs = [
+                    v.to(target) if isinstance(v, torch.Tensor) else v for v in program.inputs(seed)
+                ]
+                with torch.no_grad():
+                    expected = model(*inputs)
+                    first = _flat(expected)[0]
+                    if isinstance(first, torch.Tensor):
+                        dtype_name = str(first.dtype).removeprefix("torch.")
+                        tolerance = problem.tolerance_for(dtype_name)
+                    try:
+                        actual = solution(*inputs)
+                        if target.type == "cuda":
+                            torch.cuda.synchronize()
+                    except BaseException as exc:
+                        failure = f"runtime error at {shape} seed {seed}: {type(exc).__name__}"
+                        failure += f": {exc}"
+                        break
+                ok, _, diff, problem_text = _compare(expected, actual, (tolerance, tolerance))
+                if problem_text is not None:
+                    failure = f"at {shape} seed {seed}: {problem_text}"
+                    break
+                worst = diff if math.isnan(diff) or math.isnan(worst) else max(worst, diff)
+                passed += ok
+        if failure is not None:
+            break
+    status = ACCEPTED if failure is None and passed == trials else REJECTED
+    emit(
+        result={
+            "status": status,
+            "status_current": status,
+            "compiled": True,
+            "trials": trials,
+            "passed_legacy": passed,
+            "passed_current": passed,
+            "tolerance_legacy": tolerance,
+            "tolerance_current": tolerance,
             "output_dtype": dtype_name,
             "max_abs_diff": worst if math.isfinite(worst) else str(worst),
             "failure": failure,

@@ -20,7 +20,7 @@ from typing import Any
 
 from kernelgate.errors import KernelgateError
 
-FORMATS = ("cuda-l1", "kernelbench-run", "pairs")
+FORMATS = ("cuda-l1", "kernelbench-run", "pairs", "problem")
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,10 @@ def read_corpus(
         from kernelgate.formats.pairs import read_pairs
 
         records = read_pairs(source)
+    elif fmt == "problem":
+        from kernelgate.formats.problem import read_problem_runs
+
+        records = read_problem_runs(source)
     else:
         raise KernelgateError(f"unknown corpus format {fmt!r}; known: auto, {', '.join(FORMATS)}")
     return list(unique_ids(records))

@@ -76,12 +76,19 @@ def candidate_backend(source: str) -> str:
     return "torch"
 
 
-def check_candidate_source(path: str | Path) -> str:
-    """Parse a candidate without running it; return its source or raise CandidateLoadError."""
+def check_candidate_source(path: str | Path, class_name: str = "ModelNew") -> str:
+    """Parse a candidate without running it; return its source or raise CandidateLoadError.
+    ``class_name``: what it must define (a problem folder's solution defines ``Model``)."""
     path = Path(path)
     source = _read_source(path, "candidate", CandidateLoadError)
     tree = _parse(source, path, "candidate", CandidateLoadError)
-    if "ModelNew" not in _top_level_names(tree):
+    if class_name != "ModelNew" and class_name not in _top_level_names(tree):
+        raise CandidateLoadError(
+            f"solution {path} defines no top-level `{class_name}`; a problem folder's "
+            f"solution must define `class {class_name}(nn.Module)` with the reference's "
+            "constructor"
+        )
+    if class_name == "ModelNew" and "ModelNew" not in _top_level_names(tree):
         raise CandidateLoadError(
             f"candidate {path} defines no top-level `ModelNew`; a KernelBench candidate must "
             "define `class ModelNew(nn.Module)` with the reference Model's constructor"

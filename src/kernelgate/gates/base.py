@@ -45,6 +45,7 @@ from kernelgate.oracle.error_models import (
 from kernelgate.oracle.fp64 import Oracle, SizedOracle, flatten_outputs
 from kernelgate.oracle.output_kinds import assess_exact, assess_indices, output_kind
 from kernelgate.sandbox.clocks import ChoicePoint
+from kernelgate.sandbox.forbidden_watch import merge_uses
 from kernelgate.sandbox.session import CallResult, ExecutionIncident, WorkerSession
 from kernelgate.sandbox.wire import WireTensor, dtype_name
 from kernelgate.serde import Serializable
@@ -862,6 +863,7 @@ class GateContext:
             yield session
         finally:
             self.session.kernels.extend(session.kernels)
+            merge_uses(self.session.forbidden_uses, session.forbidden_uses)
             self.fresh_compile_paid.extend(session.compile_paid)
             session.close(wait=False)  # its exit overlaps the next gate (settled by verify)
             session.__exit__(None, None, None)
@@ -885,6 +887,9 @@ class GateContext:
             scratch=main.scratch_folder(),
             isolation_mode=main.isolation_mode,
             confine_skip=list(main.confine_skip),
+            forbidden=main.forbidden,
+            model_class=main.model_class,
+            weights=main.weights,
         )
         session.spawn()
         return session

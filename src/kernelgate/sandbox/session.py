@@ -36,6 +36,7 @@ from kernelgate.sandbox.compile_budget import (
     CallClock,
     CompileBudget,
 )
+from kernelgate.sandbox.forbidden_watch import merge_uses, parse_uses
 
 
 @dataclass
@@ -119,6 +120,15 @@ class WorkerSession:
     _ipc_refused: bool = field(default=False, repr=False)
     _mappings: cuda_ipc.Mappings | None = field(default=None, repr=False)
     _last_clock: CallClock | None = field(default=None, repr=False)  # see ``_exchange``
+    # FORBID-01's dynamic half (sandbox/forbidden_watch.py): the names the worker watches
+    # for, and the uses its replies reported (merged, bounded)
+    forbidden: tuple[str, ...] = ()
+    forbidden_uses: list[dict[str, Any]] = field(default_factory=list)
+    # The class the candidate defines ("Model" for a problem folder's solution), and for a
+    # problem folder the reference's weights at given init inputs and sizes key (names,
+    # tensors), which the worker loads with ``load_state_dict(strict=True)``
+    model_class: str = "ModelNew"
+    weights: Callable[[list[Any], str | None], tuple[list[str], list[Any]]] | None = None
 
     # -- life cycle -----------------------------------------------------------------------
     def spawn(self) -> None:
@@ -256,6 +266,9 @@ class WorkerSession:
         }
         if self.clock_mode:
             header["clock_mode"] = self.clock_mode
+        if self.forbidden:
+            header["forbidden"] = list(self.forbidden)
+        header |= self._model_header(self.init_inputs, None, blobs)
         try:
             reply, _ = self._exchange(header, blobs, self.load_timeout, op="load")
         except ExecutionIncident as incident:
@@ -270,6 +283,7 @@ class WorkerSession:
                 f"candidate {self.candidate} failed to load{failed}: "
                 f"{reply.get('error', 'unknown error')}"
             )
+        merge_uses(self.forbidden_uses, parse_uses(reply.get("forbidden")))
         self._loaded = True
 
     # -- the data path ----------------------------------------------------------------------
@@ -394,6 +408,7 @@ class WorkerSession:
         values = self.init_inputs if key is None or init_inputs is None else init_inputs
         blobs: list[bytes] = []
         header = {"op": "construct", "init_inputs": wire.encode_value(values, blobs)}
+        header |= self._model_header(values, None if values is self.init_inputs else key, blobs)
         reply, _ = self._building_exchange(header, blobs, op="construct")
         if not reply.get("ok"):
             self._built_for = "?"  # unknown state: rebuild on the next request
@@ -403,7 +418,19 @@ class WorkerSession:
                 f"ModelNew(*init_inputs) raised: {reply.get('error')}",
                 str(reply.get("traceback", "")),
             )
+        merge_uses(self.forbidden_uses, parse_uses(reply.get("forbidden")))
         self._built_for = None if init_inputs is None else key
+
+    def _model_header(
+        self, init_inputs: list[Any], key: str | None, blobs: list[bytes]
+    ) -> dict[str, Any]:
+        """What a load or construct request says about the model to build: its class, and
+        the weights to load into it (problem folders)."""
+        header: dict[str, Any] = {"model_class": self.model_class}
+        if self.weights is not None:
+            names, tensors = self.weights(init_inputs, key)
+            header["weights"] = {"names": names, "tensors": wire.encode_value(tensors, blobs)}
+        return header
 
     def choice_points(self) -> list[ChoicePoint]:
         """The timing-dependent choice points the live worker has seen since it loaded.
@@ -492,6 +519,7 @@ class WorkerSession:
         kernels = reply.get("kernels")
         if isinstance(kernels, list):
             self.kernels.extend(k for k in kernels if isinstance(k, dict))
+        merge_uses(self.forbidden_uses, parse_uses(reply.get("forbidden")))
         return CallResult(outputs, after, allocations, seconds)
 
     # -- outputs kept across calls (ORD-02) -----------------------------------------------

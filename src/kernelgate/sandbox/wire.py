@@ -299,7 +299,8 @@ def encode_value(
         return node | _storage_node(storage, value.storage.device, blobs, carry)
     if isinstance(value, list | tuple):
         items = [encode_value(v, blobs, storages, carry) for v in value]
-        return {"t": type(value).__name__, "items": items}
+        # a named tuple (``torch.return_types.topk``) crosses as the tuple it is
+        return {"t": "list" if isinstance(value, list) else "tuple", "items": items}
     if value is None or isinstance(value, bool | int | float | str):
         if isinstance(value, float) and (value != value or abs(value) == float("inf")):
             return {"t": "float", "repr": repr(value)}

@@ -25,6 +25,7 @@ from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E
 from kernelgate.sandbox import cuda_ipc, wire  # noqa: E402
 from kernelgate.sandbox.builds import remember_failed_builds, report_builds  # noqa: E402
 from kernelgate.sandbox.clocks import ClockMode, Clocks  # noqa: E402
+from kernelgate.sandbox.forbidden_watch import ForbiddenWatch  # noqa: E402
 from kernelgate.sandbox.poison import PoisonAllocator, flood_device_cache  # noqa: E402
 from kernelgate.sandbox.resources import CompileServer, LaunchRecorder  # noqa: E402
 from kernelgate.sandbox.streams import SideStreamDelay  # noqa: E402
@@ -63,6 +64,9 @@ class Worker:
         self.clocks: Clocks | None = None  # installed at load when the judge asks (clocks.py)
         # Storages handed to the judge by IPC handle, alive until its next request (cuda_ipc)
         self.exports = _Exports(self.device)
+        # FORBID-01's dynamic half: forbidden torch calls and imports while candidate code
+        # runs (forbidden_watch.py); records nothing until the load names a forbidden list
+        self.watch = ForbiddenWatch((), "", CANDIDATE_MODULE)
 
     def serve(self) -> None:
         while True:
@@ -167,18 +171,24 @@ class Worker:
                     device_timing=self.device.type == "cuda" and not interpreter,
                 )
                 self.clocks.install()
+            self.watch = ForbiddenWatch(header.get("forbidden") or (), path, CANDIDATE_MODULE)
+            self.watch.install()  # before the candidate's first import
             sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
             spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, path)
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             sys.modules[CANDIDATE_MODULE] = module
-            spec.loader.exec_module(module)
-            model_cls = getattr(module, "ModelNew", None)
+            with self.watch.watching("load"):
+                spec.loader.exec_module(module)
+            class_name = str(header.get("model_class", "ModelNew"))
+            model_cls = getattr(module, class_name, None)
             if model_cls is None:
-                raise AttributeError("candidate defines no ModelNew")
+                raise AttributeError(f"candidate defines no {class_name}")
             self.model_cls = model_cls  # kept for ``construct`` (CMP-03's other sizes)
             set_seed(KERNELBENCH_SEED)
-            self.model = model_cls(*init_inputs)
+            with self.watch.watching("load"):
+                self.model = model_cls(*init_inputs)
+            _load_weights(self.model, header, blobs)  # the judge's weights: not watched
             if isinstance(self.model, torch.nn.Module):
                 self.model = self.model.to(self.device)
             if self.device.type == "cuda":
@@ -186,7 +196,7 @@ class Worker:
         except BaseException as exc:
             self._fail("load", exc)
             return
-        _send(self.fd_out, {"ok": True})
+        _send(self.fd_out, {"ok": True, "forbidden": self.watch.drain()})
 
     def construct(self, header: dict[str, Any], blobs: list[bytes]) -> None:
         """Build ``ModelNew`` again with other init inputs (KernelBench seeding).
@@ -200,7 +210,9 @@ class Worker:
             init_inputs = wire.decode_value(header["init_inputs"], blobs)
             init_inputs = [_materialize(v, torch.device("cpu")) for v in init_inputs]
             set_seed(KERNELBENCH_SEED)
-            model = self.model_cls(*init_inputs)
+            with self.watch.watching("construct"):
+                model = self.model_cls(*init_inputs)
+            _load_weights(model, header, blobs)
             if isinstance(model, torch.nn.Module):
                 model = model.to(self.device)
             if self.device.type == "cuda":
@@ -209,7 +221,7 @@ class Worker:
             self._fail("construct", exc)
             return
         self.model = model
-        _send(self.fd_out, {"ok": True})
+        _send(self.fd_out, {"ok": True, "forbidden": self.watch.drain()})
 
     def resources(self, header: dict[str, Any], blobs: list[bytes]) -> None:
         """Compile interpreted Triton launches offline for RES-02 (CPU mode; see resources.py)."""
@@ -268,7 +280,8 @@ class Worker:
             flood_device_cache(self.device, FLOOD_BYTES, poison)
             out_blobs: list[bytes] = []
             with self.side_streams.call(self.device):
-                with _no_grad(), self.allocator.active(poison, guard):
+                watched = self.watch.watching("call")
+                with _no_grad(), self.allocator.active(poison, guard), watched:
                     outputs = self.model(*inputs)
                 # What the caller's next kernel would see: the outputs read in stream order,
                 # before the device is synchronised (see streams.py).
@@ -287,6 +300,7 @@ class Worker:
         reply: dict[str, Any] = {"ok": True, "outputs": encoded}
         try:
             reply["kernels"] = self.recorder.drain()
+            reply["forbidden"] = self.watch.drain()
             side_effects = bool(header.get("side_effects", True))
             carry = self._carry(header, snapshot=False)  # read after the synchronise
             reply["inputs_after"] = (
@@ -344,6 +358,28 @@ class KeptOutputs:
 
     value: Any
     storages: list[torch.UntypedStorage]
+
+
+def _load_weights(model: Any, header: dict[str, Any], blobs: list[bytes]) -> None:
+    """Load the weights a request carries (a problem folder's reference ``state_dict``)
+    into ``model`` with ``load_state_dict(strict=True)``: a solution whose parameters
+    differ in name or shape fails to load, with torch's own account of the difference."""
+    node = header.get("weights")
+    if node is None:
+        return
+    names = node["names"]
+    tensors = [
+        _materialize(t, torch.device("cpu")) for t in wire.decode_value(node["tensors"], blobs)
+    ]
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("the solution's Model is not a torch.nn.Module: no weights to share")
+    try:
+        model.load_state_dict(dict(zip(names, tensors, strict=True)), strict=True)
+    except RuntimeError as exc:
+        raise RuntimeError(
+            f"the reference's weights do not load into the solution's Model "
+            f"(load_state_dict strict=True): {exc}"
+        ) from None
 
 
 def _may_keep(name: Any, kept: dict[str, Any]) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelgate.static.base import Finding, Rule, Severity, StaticContext
-from kernelgate.static.outcome import RuleResult, rule_results
+from kernelgate.static.outcome import RuleResult, rule_results, with_dynamic_uses
 from kernelgate.static.rules.backend import BackendSwitchRule
 from kernelgate.static.rules.cache import IdentityCacheRule
 from kernelgate.static.rules.downcast import DowncastRule
@@ -102,4 +102,5 @@ __all__ = [
     "StaticPolicy",
     "analyse",
     "rule_results",
+    "with_dynamic_uses",
 ]

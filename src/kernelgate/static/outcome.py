@@ -4,13 +4,14 @@ A rule entry is ``{id, status, message, where}``: FORBID-01 always has one (``sk
 when nothing is forbidden, so a reader sees the rule was not in force rather than passed),
 and so does every static rule the policy made hard. A ``fail`` entry rejects the verdict;
 the gates' results stay as they are beside it ("numerically right, but not a kernel").
-FORBID-01's entry is static evidence only here; the worker's dynamic half, when it exists,
-adds its call sites to the same entry.
+The worker's dynamic half (sandbox/forbidden_watch.py) adds the uses it saw at run time to
+the same entry (``with_dynamic_uses``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from kernelgate.gates.base import Status
 from kernelgate.serde import Serializable
@@ -49,3 +50,28 @@ def rule_results(
             scope = f"forbidden: {', '.join(forbidden)}" if rule_id == FORBID_RULE else "hard"
             results.append(RuleResult(rule_id, Status.PASS, f"no static finding ({scope})"))
     return results
+
+
+def with_dynamic_uses(rules: list[RuleResult], uses: list[dict[str, Any]]) -> list[RuleResult]:
+    """``rules`` with FORBID-01's entry failed by the uses the worker saw at run time
+    (sandbox/forbidden_watch.py), each where a candidate frame made it; the static
+    findings already there stay first. Without uses (or without the rule) unchanged."""
+    if not uses:
+        return rules
+    seen = [
+        f"{u['where'] or '(no candidate frame)'} ({u['via']} `{u['name']}`, {u['phase']})"
+        for u in uses
+    ]
+    first = uses[0]
+    message = (
+        f"{len(uses)} use(s) at run time; first: {first['via']} `{first['name']}`: "
+        f"forbidden (`{first['entry']}`)"
+    )
+    merged = []
+    for rule in rules:
+        if rule.id == FORBID_RULE and rule.status is not Status.SKIPPED:
+            if rule.status is Status.FAIL:
+                message = f"{rule.message}; {message}"
+            rule = RuleResult(rule.id, Status.FAIL, message, [*rule.where, *seen])
+        merged.append(rule)
+    return merged
