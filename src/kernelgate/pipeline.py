@@ -28,6 +28,7 @@ from kernelgate.gates import GATE_IDS, GATES
 from kernelgate.gates.base import GateContext, GateResult, run_gate
 from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
+from kernelgate.perf.measure import PerfOptions, PerfReport, PerfRun
 from kernelgate.sandbox import confine
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
@@ -90,6 +91,7 @@ def verify(
     session: WorkerSession | None = None,
     forbid: Sequence[str] = (),
     hard_static: Sequence[str] = (),
+    perf: PerfOptions | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -116,6 +118,8 @@ def verify(
     ``hard_static``: static rules whose findings reject, on top of the contract's
     ``rules.hard_static``. The static layer reads the candidate's files before the worker
     loads it (``static_evidence``); its findings and the rules go into the verdict.
+    ``perf``: after the gates, time the candidate against the reference (perf/measure.py);
+    the verdict's ``perf`` holds the report, a "verified speedup" only where the verdict holds.
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -169,6 +173,7 @@ def verify(
         replay += ["--hard-static", rule_id]
     if sanitize:
         replay.append("--sanitize")
+    perf_report: Any = None
     try:
         results: list[GateResult] = []
         with session:
@@ -207,6 +212,8 @@ def verify(
                     results.append(result)
                     if on_gate is not None:
                         on_gate(gate.id, result)
+                if perf is not None:
+                    perf_report = performance(ctx, reference, perf, contract, results, rules)
             finally:
                 ctx.close_spare()  # a prefetched worker no gate took
                 settle_retired_workers()  # fresh instances told to exit: gone before the verdict
@@ -239,7 +246,37 @@ def verify(
         compile=compile_evidence(session, ctx.fresh_compile_paid),
         static=findings,
         rules=rules,
+        perf=None if perf_report is None else perf_report.to_dict(),
     )
+
+
+def performance(
+    ctx: GateContext,
+    reference: str | Path,
+    options: PerfOptions,
+    contract: Contract,
+    results: list[GateResult],
+    rules: list[RuleResult],
+) -> PerfReport:
+    """The perf layer after the gates: timed over the narrowed domain when the verdict is
+    narrowed, and a verified speedup only when the verdict holds (perf/measure.py)."""
+    outcome, _ = combine(results, rules)
+    if ctx.halted:  # a candidate that hung would hang every trial too
+        return PerfReport(
+            clock="none",
+            verdict=outcome.value,
+            shapes=[],
+            protocol={},
+            not_verified_because=f"not timed: {ctx.halted}",
+        )
+    domain = contract
+    if outcome is Outcome.NARROWED:
+        from kernelgate.domain import narrowed_contract
+
+        domain, _ = narrowed_contract(contract, results)
+    ctx.gate_id = "PERF"
+    ctx.session.compile_context = "PERF"
+    return PerfRun(ctx, Path(reference), options, outcome=outcome.value, domain=domain).run()
 
 
 def static_evidence(

@@ -44,6 +44,9 @@ class Verdict(Serializable):
     # with status fail rejects the verdict while the gates' results stay as they are.
     static: list[Finding] = field(default_factory=list)
     rules: list[RuleResult] = field(default_factory=list)
+    # ``verify --perf`` / ``bench``: the judge's timing against the reference (perf/measure.py,
+    # docs/perf.md); None when not asked for
+    perf: dict[str, Any] | None = None
     schema: str = VERDICT_SCHEMA
 
     @property

@@ -22,6 +22,7 @@ os.dup2(2, 1)
 import torch  # noqa: E402
 
 from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E402
+from kernelgate.perf import timing as perf_timing  # noqa: E402  (binds its clocks now)
 from kernelgate.sandbox import cuda_ipc, wire  # noqa: E402
 from kernelgate.sandbox.builds import remember_failed_builds, report_builds  # noqa: E402
 from kernelgate.sandbox.clocks import ClockMode, Clocks  # noqa: E402
@@ -63,6 +64,9 @@ class Worker:
         self.clocks: Clocks | None = None  # installed at load when the judge asks (clocks.py)
         # Storages handed to the judge by IPC handle, alive until its next request (cuda_ipc)
         self.exports = _Exports(self.device)
+        # copies of the outputs of the last ``perf`` run's trials, one list per trial, until
+        # the judge asks for the ones it checks (``perf_outputs``)
+        self.perf_snapshots: list[list[Any]] = []
 
     def serve(self) -> None:
         while True:
@@ -83,6 +87,8 @@ class Worker:
                 "kept": self.kept_outputs,
                 "choices": self.choices,
                 "ipc": self.ipc_probe,
+                "perf": self.perf,
+                "perf_outputs": self.perf_outputs,
             }.get(op)
             if handler is None:
                 _send(self.fd_out, {"ok": False, "error": f"unknown op {op!r}"})
@@ -173,9 +179,11 @@ class Worker:
             module = importlib.util.module_from_spec(spec)
             sys.modules[CANDIDATE_MODULE] = module
             spec.loader.exec_module(module)
-            model_cls = getattr(module, "ModelNew", None)
+            # "Model" when the judge times the reference in a worker of its own (perf/)
+            class_name = str(header.get("model_class", "ModelNew"))
+            model_cls = getattr(module, class_name, None)
             if model_cls is None:
-                raise AttributeError("candidate defines no ModelNew")
+                raise AttributeError(f"candidate defines no {class_name}")
             self.model_cls = model_cls  # kept for ``construct`` (CMP-03's other sizes)
             set_seed(KERNELBENCH_SEED)
             self.model = model_cls(*init_inputs)
@@ -336,6 +344,63 @@ class Worker:
         if header.get("release"):
             self.kept = {}
         _send(self.fd_out, {"ok": True, "kept": encoded}, out_blobs)
+
+    def perf(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        """Time the model on the input sets sent (perf/timing.py): ``method`` "judged" (one
+        set per trial, outputs kept for ``perf_outputs``) or "kernelbench" (the first set,
+        ``warmup`` calls then ``trials``). Side streams are not delayed here (streams.py):
+        the judged protocol's device-wide synchronize counts their work instead."""
+        try:
+            self.perf_snapshots = []
+            sets = wire.decode_value(header["inputs"], blobs)
+            input_sets = [list(_materialize(s, self.device)) for s in sets]
+            if not input_sets:
+                raise ValueError("no input sets")
+            with _no_grad():
+                if header.get("method") == "kernelbench":
+                    measured = perf_timing.kernelbench_trials(
+                        self.model,
+                        input_sets[0],
+                        self.device,
+                        warmup=int(header.get("warmup", 3)),
+                        trials=int(header.get("trials", 100)),
+                    )
+                else:
+                    for _ in range(int(header.get("warmup", 0))):  # compiles, autotuning
+                        self.model(*input_sets[0])
+                    if self.device.type == "cuda":
+                        _synchronize(self.device)
+                    measured = perf_timing.judged_trials(self.model, input_sets, self.device)
+            del input_sets
+            self.perf_snapshots = measured.snapshots
+        except BaseException as exc:
+            self.perf_snapshots = []
+            self._fail("perf", exc)
+            return
+        _send(
+            self.fd_out,
+            {
+                "ok": True,
+                "clock": measured.clock,
+                "ms": measured.ms,
+                "stream_ms": measured.stream_ms,
+                "host_ms": measured.host_ms,
+                "not_plain": measured.not_plain,
+            },
+        )
+
+    def perf_outputs(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        """The kept output copies of the trials ``indices`` of the last ``perf`` run; every
+        copy is let go after."""
+        out_blobs: list[bytes] = []
+        try:
+            indices = [int(i) for i in header.get("indices", [])]
+            snapshots, self.perf_snapshots = self.perf_snapshots, []
+            encoded = [_encode_value(snapshots[i], out_blobs) for i in indices]
+        except BaseException as exc:
+            self._fail("perf_outputs", exc)
+            return
+        _send(self.fd_out, {"ok": True, "outputs": encoded}, out_blobs)
 
 
 @dataclass
