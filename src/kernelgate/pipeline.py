@@ -276,7 +276,7 @@ def performance(
         domain, _ = narrowed_contract(contract, results)
     ctx.gate_id = "PERF"
     ctx.session.compile_context = "PERF"
-    return PerfRun(ctx, Path(reference), options, outcome=outcome.value, domain=domain).run()
+    return PerfRun(ctx, Path(reference), options, outcome=outcome.value).run(domain)
 
 
 def static_evidence(

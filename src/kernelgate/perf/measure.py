@@ -174,14 +174,12 @@ class PerfRun:
         options: PerfOptions,
         *,
         outcome: str,
-        domain: Contract,
     ) -> None:
         self.ctx = ctx
         self.session = ctx.session
         self.device = self.session.device
         self.options = options.resolved(self.device)
         self.outcome = outcome
-        self.domain = domain
         self.reference_session = WorkerSession(
             Path(reference),
             list(self.session.init_inputs),
@@ -191,10 +189,11 @@ class PerfRun:
             model_class="Model",
         )
 
-    def run(self) -> PerfReport:
+    def run(self, domain: Contract) -> PerfReport:
+        """Measure at shapes of ``domain`` (the contract, or the narrowed one)."""
         options = self.options
         program = self.ctx.oracle.program
-        shapes = perf_shapes(self.domain, dict(program.sizes), options.shapes)
+        shapes = perf_shapes(domain, dict(program.sizes), options.shapes)
         measured: list[ShapeTiming] = []
         clock = "cpu-perf-counter" if self.device == "cpu" else "cuda-events"
         with self.reference_session:
