@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from kernelgate.contract.spec import Contract
+from kernelgate.errors import CandidateBuildError, CandidateLoadError
 from kernelgate.gates.base import Case, GateContext
 from kernelgate.gates.outputs import structure_findings
 from kernelgate.inputs.shapes import batch_like
@@ -265,7 +266,7 @@ class PerfRun:
                 trials=options.kernelbench_trials,
                 timeout=_call_deadline(self.session.timeout, bench_calls),
             )
-        except ExecutionIncident as incident:
+        except (ExecutionIncident, CandidateBuildError, CandidateLoadError) as incident:
             shape.problems.append(f"the run misbehaved: {incident}"[:1000])
             return shape
         shape.candidate, shape.reference = Timing.of(candidate), Timing.of(reference)

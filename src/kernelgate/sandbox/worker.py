@@ -37,6 +37,7 @@ _storage_bytes = wire.storage_bytes
 _encode_value = wire.encode_value
 _send, _recv = wire.send_frame, wire.recv_frame
 _Exports, _Mappings, _IpcRef = cuda_ipc.Exports, cuda_ipc.Mappings, cuda_ipc.IpcRef
+_judged_trials, _kernelbench_trials = perf_timing.judged_trials, perf_timing.kernelbench_trials
 
 CANDIDATE_MODULE = "kernelgate_candidate"
 FLOOD_BYTES = 256 * 1024 * 1024
@@ -358,7 +359,7 @@ class Worker:
                 raise ValueError("no input sets")
             with _no_grad():
                 if header.get("method") == "kernelbench":
-                    measured = perf_timing.kernelbench_trials(
+                    measured = _kernelbench_trials(
                         self.model,
                         input_sets[0],
                         self.device,
@@ -370,7 +371,7 @@ class Worker:
                         self.model(*input_sets[0])
                     if self.device.type == "cuda":
                         _synchronize(self.device)
-                    measured = perf_timing.judged_trials(self.model, input_sets, self.device)
+                    measured = _judged_trials(self.model, input_sets, self.device)
             del input_sets
             self.perf_snapshots = measured.snapshots
         except BaseException as exc:
