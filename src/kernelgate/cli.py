@@ -53,16 +53,11 @@ DeviceOption = Annotated[str, typer.Option("--device", help="cpu (Triton interpr
 TimeoutOption = Annotated[
     float, typer.Option("--timeout", min=1.0, help="seconds one candidate call may take")
 ]
-PerfTrialsOption = Annotated[
-    int,
-    typer.Option(
-        "--perf-trials",
-        "--trials",
-        min=0,
-        help="judged timing trials per shape, each on fresh inputs (0: 50 on a device, 8 on "
-        "the CPU)",
-    ),
-]
+PERF_TRIALS_HELP = (
+    "judged timing trials per shape, each on fresh inputs (0: 50 on a device, 8 on the CPU)"
+)
+PerfTrialsOption = Annotated[int, typer.Option("--perf-trials", min=0, help=PERF_TRIALS_HELP)]
+BenchTrialsOption = Annotated[int, typer.Option("--trials", min=0, help=PERF_TRIALS_HELP)]
 CompileTimeoutOption = Annotated[
     float,
     typer.Option(
@@ -265,7 +260,7 @@ def bench_command(
     candidate: Annotated[Path, typer.Argument(help="candidate file defining ModelNew")],
     device: DeviceOption = "cpu",
     timeout: TimeoutOption = 60.0,
-    trials: PerfTrialsOption = 0,
+    trials: BenchTrialsOption = 0,
     kernelbench_trials: Annotated[
         int,
         typer.Option(
