@@ -26,12 +26,16 @@ Two protocols:
   them (what KernelBench itself would have measured, fooled or not).
 
 On the CPU (the Triton interpreter) both protocols use the host clock instead of events:
-numbers to test the protocol with, labelled as such, never device performance.
+numbers to test the protocol with, labelled as such, never device performance. They run with
+one intra-op thread: after the flush, a pool of sleeping threads took milliseconds to wake on
+a busy machine (a 13x300 softmax measured 24 ms instead of 0.03 ms), which timed the
+scheduler, not the model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +51,7 @@ _clone = torch._C.TensorBase.clone
 _fill = torch._C.TensorBase.fill_
 _empty = torch.empty
 _uint8 = torch.uint8
+_get_num_threads, _set_num_threads = torch.get_num_threads, torch.set_num_threads
 _CUDA_BUILT = hasattr(torch._C, "_cuda_synchronize")
 if _CUDA_BUILT:
     _cuda_synchronize = torch._C._cuda_synchronize  # cudaDeviceSynchronize: every stream
@@ -119,6 +124,27 @@ def judged_trials(
     """Time ``call`` once per input set under the judge's protocol (see the module)."""
     if device.type == "cuda":
         return _judged_cuda(call, input_sets, device, keep_outputs, flush_bytes)
+    with _one_thread():
+        return _judged_cpu(call, input_sets, keep_outputs, flush_bytes)
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread for the duration (CPU timing: see the module)."""
+    threads = _get_num_threads()
+    _set_num_threads(1)
+    try:
+        yield
+    finally:
+        _set_num_threads(threads)
+
+
+def _judged_cpu(
+    call: Callable[..., Any],
+    input_sets: Sequence[list[Any]],
+    keep_outputs: bool,
+    flush_bytes: int | None,
+) -> Trials:
     trials = Trials("cpu-perf-counter")
     flush = _empty(CPU_FLUSH_BYTES if flush_bytes is None else flush_bytes, dtype=_uint8)
     for index in _range(_len(input_sets)):
@@ -198,12 +224,13 @@ def kernelbench_trials(
 
     if device.type != "cuda":
         measured = Trials("cpu-perf-counter")
-        for _ in _range(warmup):
-            call(*inputs)
-        for _ in _range(trials):
-            started = time.perf_counter()
-            call(*inputs)
-            measured.ms.append((time.perf_counter() - started) * 1e3)
+        with _one_thread():
+            for _ in _range(warmup):
+                call(*inputs)
+            for _ in _range(trials):
+                started = time.perf_counter()
+                call(*inputs)
+                measured.ms.append((time.perf_counter() - started) * 1e3)
         measured.host_ms = list(measured.ms)
         return measured
     measured = Trials("cuda-events")
