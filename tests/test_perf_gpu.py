@@ -53,4 +53,5 @@ def test_timing_hack_gets_no_speedup_it_did_not_earn(hack: TimingHack, honest: d
     # its time was counted (earned) and the outputs are right
     assert shape["speedup"] <= MARGIN * fair["speedup"], (shape, fair)
     if hack.caught_by == "protocol":  # and KernelBench's method is fooled by it
+        assert shape["kernelbench_speedup"] is not None, shape["kernelbench_note"]
         assert shape["kernelbench_speedup"] > 2 * shape["speedup"], shape

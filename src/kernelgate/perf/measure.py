@@ -106,7 +106,8 @@ class ShapeTiming(Serializable):
     kernelbench_reference: Timing | None = None
     kernelbench_candidate: Timing | None = None
     kernelbench_speedup: float | None = None
-    sampled_trials: list[int] = field(default_factory=list)
+    kernelbench_note: str = ""  # why KernelBench's method has no numbers ("" if it has)
+    sampled_trials: list[int] = field(default_factory=list)  # trial indices, from 0
     outputs_ok: bool = False
     problems: list[str] = field(default_factory=list)  # why the outputs or the run failed
 
@@ -203,7 +204,9 @@ class PerfRun:
         return self._report(clock, measured)
 
     def _cases(self, index: int, sizes: dict[str, int]) -> list[Case]:
-        """One fresh input set per trial, as many as the input budget allows."""
+        """A warm-up input set, then one fresh set per trial, as many as the input budget
+        allows (the warm-up set is never timed: a cache filled while warming up by the
+        input's address would otherwise answer the trial that reuses it)."""
         options, ctx = self.options, self.ctx
         label = "reference shape" if not sizes else ", ".join(f"{k}={v}" for k, v in sizes.items())
 
@@ -216,10 +219,10 @@ class PerfRun:
             )
             return ctx.admit(made)
 
-        first = case(0)
-        per_set = max(1, _nbytes(first.values))
+        warm = case(0)  # the warm-up set (and KernelBench's method's one input)
+        per_set = max(1, _nbytes(warm.values))
         trials = max(options.min_trials, min(options.trials, options.input_budget_bytes // per_set))
-        return [first] + [case(t) for t in range(1, trials)]
+        return [warm] + [case(t) for t in range(1, trials + 1)]
 
     def _shape(self, index: int, sizes: dict[str, int]) -> ShapeTiming:
         label = "reference shape" if not sizes else ", ".join(f"{k}={v}" for k, v in sizes.items())
@@ -231,9 +234,10 @@ class PerfRun:
             shape.problems.append(f"inputs not made: {type(exc).__name__}: {exc}"[:500])
             return shape
         sets = [_plain(case.values) for case in cases]
+        trials = len(sets) - 1  # sets[0] warms up; trial t runs on sets[t + 1]
         rng = random.Random(self.ctx.case_seed(SEED_KEY, -1 - index))
-        shape.sampled_trials = sorted(rng.sample(range(len(sets)), min(options.samples, len(sets))))
-        judged_calls = options.warmup + len(sets)
+        shape.sampled_trials = sorted(rng.sample(range(trials), min(options.samples, trials)))
+        judged_calls = options.warmup + trials
         bench_calls = options.warmup + options.kernelbench_trials
         try:
             for session in (self.session, self.reference_session):
@@ -252,36 +256,39 @@ class PerfRun:
                 timeout=_call_deadline(self.session.timeout, judged_calls),
             )
             self.reference_session.perf_outputs([])  # lets its copies go
-            kb_candidate = self.session.perf(
-                sets[:1],
-                method="kernelbench",
-                warmup=options.warmup,
-                trials=options.kernelbench_trials,
-                timeout=_call_deadline(self.session.timeout, bench_calls),
-            )
-            kb_reference = self.reference_session.perf(
-                sets[:1],
-                method="kernelbench",
-                warmup=options.warmup,
-                trials=options.kernelbench_trials,
-                timeout=_call_deadline(self.session.timeout, bench_calls),
-            )
         except (ExecutionIncident, CandidateBuildError, CandidateLoadError) as incident:
             shape.problems.append(f"the run misbehaved: {incident}"[:1000])
             return shape
         shape.candidate, shape.reference = Timing.of(candidate), Timing.of(reference)
-        shape.kernelbench_candidate = Timing.of(kb_candidate)
-        shape.kernelbench_reference = Timing.of(kb_reference)
         shape.speedup = _ratio(shape.reference.median_ms, shape.candidate.median_ms)
-        shape.kernelbench_speedup = _ratio(
-            shape.kernelbench_reference.median_ms, shape.kernelbench_candidate.median_ms
-        )
         if candidate["not_plain"]:
             shape.problems.append(candidate["not_plain"])
         for trial, got in zip(shape.sampled_trials, outputs):
-            shape.problems += self._check(cases[trial], got, trial)
+            shape.problems += self._check(cases[trial + 1], got, trial)
         shape.outputs_ok = not shape.problems
+        self._kernelbench(shape, sets[0], _call_deadline(self.session.timeout, bench_calls))
         return shape
+
+    def _kernelbench(self, shape: ShapeTiming, inputs: list[Any], deadline: float) -> None:
+        """KernelBench's method on both models, beside the judged numbers. Its failure (a
+        candidate whose patches break the functions it uses) is noted, never a problem of
+        the candidate's outputs: it takes nothing from the judged measurement."""
+        measured = []
+        for session in (self.session, self.reference_session):
+            try:
+                reply = session.perf(
+                    [inputs],
+                    method="kernelbench",
+                    warmup=self.options.warmup,
+                    trials=self.options.kernelbench_trials,
+                    timeout=deadline,
+                )
+            except (ExecutionIncident, CandidateBuildError, CandidateLoadError) as incident:
+                shape.kernelbench_note = f"KernelBench's method failed: {incident}"[:1000]
+                return
+            measured.append(Timing.of(reply))
+        shape.kernelbench_candidate, shape.kernelbench_reference = measured
+        shape.kernelbench_speedup = _ratio(measured[1].median_ms, measured[0].median_ms)
 
     def _check(self, case: Case, got: list[Any], trial: int) -> list[str]:
         """Problems of one sampled trial's outputs against the oracle (none: it passed)."""

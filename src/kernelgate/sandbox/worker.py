@@ -347,10 +347,11 @@ class Worker:
         _send(self.fd_out, {"ok": True, "kept": encoded}, out_blobs)
 
     def perf(self, header: dict[str, Any], blobs: list[bytes]) -> None:
-        """Time the model on the input sets sent (perf/timing.py): ``method`` "judged" (one
-        set per trial, outputs kept for ``perf_outputs``) or "kernelbench" (the first set,
-        ``warmup`` calls then ``trials``). Side streams are not delayed here (streams.py):
-        the judged protocol's device-wide synchronize counts their work instead."""
+        """Time the model on the input sets sent (perf/timing.py): ``method`` "judged" (the
+        first set for ``warmup`` calls, then one set per trial, outputs kept for
+        ``perf_outputs``) or "kernelbench" (the first set, ``warmup`` calls then
+        ``trials``). Side streams are not delayed here (streams.py): the judged protocol's
+        device-wide synchronize counts their work instead."""
         try:
             self.perf_snapshots = []
             sets = wire.decode_value(header["inputs"], blobs)
@@ -366,12 +367,15 @@ class Worker:
                         warmup=int(header.get("warmup", 3)),
                         trials=int(header.get("trials", 100)),
                     )
-                else:
+                else:  # the first set only warms up: no timed trial sees an input twice
+                    warm, timed = input_sets[0], input_sets[1:]
+                    if not timed:
+                        raise ValueError("no input set left to time after the warm-up one")
                     for _ in range(int(header.get("warmup", 0))):  # compiles, autotuning
-                        self.model(*input_sets[0])
+                        self.model(*warm)
                     if self.device.type == "cuda":
                         _synchronize(self.device)
-                    measured = _judged_trials(self.model, input_sets, self.device)
+                    measured = _judged_trials(self.model, timed, self.device)
             del input_sets
             self.perf_snapshots = measured.snapshots
         except BaseException as exc:

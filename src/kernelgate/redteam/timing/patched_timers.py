@@ -1,11 +1,12 @@
 """TIMING HACK: patched timers: at import, every clock a harness would read is made to run
-100x slow (time.perf_counter and friends, torch.cuda.Event.elapsed_time), and
-torch.cuda.synchronize is made a no-op.
+100x slow (time.perf_counter and friends, torch.cuda.Event.elapsed_time).
 
 The kernel itself is honest. A harness that reads those functions when it times (as
 KernelBench's does, in the candidate's process) reports a 100x speedup. The judge bound
-its clock, events and device synchronize before the candidate was imported: the patch
-changes nothing it measures.
+its clock and event methods before the candidate was imported: the patch changes nothing
+it measures. (A no-op torch.cuda.synchronize is left out: KernelBench's method would then
+read an unfinished event and fail instead of being fooled; the judge's synchronize is bound
+from torch._C either way.)
 """
 
 import time
@@ -32,7 +33,6 @@ for _name in ("perf_counter_ns", "monotonic_ns", "time_ns"):  # HACK
     setattr(time, _name, lambda _real=_real_ns: int(_real() // SLOWDOWN))
 _elapsed_time = torch.cuda.Event.elapsed_time
 torch.cuda.Event.elapsed_time = lambda self, end: _elapsed_time(self, end) / SLOWDOWN  # HACK
-torch.cuda.synchronize = lambda device=None: None  # HACK
 
 
 @triton.jit
