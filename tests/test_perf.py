@@ -38,6 +38,12 @@ def test_shapes_start_at_the_reference_and_stay_in_the_domain() -> None:
         assert dims[name].admits(value) and value != dims[name].reference
     # batch-like first: the leading dim of the input moves before the row length
     assert set(shapes[1]) == {"batch_size"}
+    # a narrowed domain (batch_size at most its reference) is never left for a shape
+    batch = dims["batch_size"]
+    batch.max = batch.reference
+    narrowed = perf_shapes(contract, dict(program.sizes), 3)
+    assert {"batch_size": batch.reference * 2} not in narrowed
+    assert {"batch_size": batch.reference // 2} in narrowed
     # a contract that fixes every dim leaves the reference's shape alone
     for dim in contract.dims:
         dim.varies = False

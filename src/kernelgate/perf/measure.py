@@ -264,7 +264,10 @@ class PerfRun:
         if candidate["not_plain"]:
             shape.problems.append(candidate["not_plain"])
         for trial, got in zip(shape.sampled_trials, outputs):
-            shape.problems += self._check(cases[trial + 1], got, trial)
+            try:
+                shape.problems += self._check(cases[trial + 1], got, trial)
+            except Exception as exc:  # outputs the judge cannot even compare: not passed
+                shape.problems.append(f"trial {trial}: outputs not judged: {exc!r}"[:500])
         shape.outputs_ok = not shape.problems
         self._kernelbench(shape, sets[0], _call_deadline(self.session.timeout, bench_calls))
         return shape
