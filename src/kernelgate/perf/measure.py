@@ -80,17 +80,22 @@ class Timing(Serializable):
     trials: int
     # judged protocol on a device: the stream-ordered interval (no device-wide synchronize)
     stream_median_ms: float | None = None
+    # judged protocol: the same interval around a call that does nothing (its own cost,
+    # paid by both models alike; a kernel near it cannot show a large speedup)
+    floor_median_ms: float | None = None
 
     @classmethod
     def of(cls, reply: dict[str, Any]) -> Timing:
         ms = reply["ms"]
         stream = reply.get("stream_ms") or []
+        floor = reply.get("floor_ms") or []
         return cls(
             median_ms=statistics.median(ms),
             min_ms=min(ms),
             mean_ms=statistics.fmean(ms),
             trials=len(ms),
             stream_median_ms=statistics.median(stream) if stream else None,
+            floor_median_ms=statistics.median(floor) if floor else None,
         )
 
 

@@ -71,6 +71,7 @@ if _CUDA_BUILT:
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 # On the CPU, a buffer past the last-level cache of the machines CI runs on.
 CPU_FLUSH_BYTES = 64 * 1024 * 1024
+FLOOR_TRIALS = 5  # trials of the protocol around a call that does nothing
 
 
 @dataclass
@@ -85,6 +86,9 @@ class Trials:
     host_ms: list[float] = field(default_factory=list)  # host clock around the interval
     snapshots: list[list[Any]] = field(default_factory=list)  # per trial, its outputs' copies
     not_plain: str = ""  # the first output that is no plain tensor, described
+    # judged_trials: the same protocol around a call that does nothing: what the interval
+    # costs by itself (on a device, mostly the device-wide synchronize's latency)
+    floor_ms: list[float] = field(default_factory=list)
 
 
 def flat_outputs(value: Any) -> list[Any]:
@@ -123,9 +127,18 @@ def judged_trials(
 ) -> Trials:
     """Time ``call`` once per input set under the judge's protocol (see the module)."""
     if device.type == "cuda":
-        return _judged_cuda(call, input_sets, device, keep_outputs, flush_bytes)
-    with _one_thread():
-        return _judged_cpu(call, input_sets, keep_outputs, flush_bytes)
+        trials = _judged_cuda(call, input_sets, device, keep_outputs, flush_bytes)
+        floor = _judged_cuda(_nothing, input_sets[:FLOOR_TRIALS], device, False, flush_bytes)
+    else:
+        with _one_thread():
+            trials = _judged_cpu(call, input_sets, keep_outputs, flush_bytes)
+            floor = _judged_cpu(_nothing, input_sets[:FLOOR_TRIALS], False, flush_bytes)
+    trials.floor_ms = floor.ms
+    return trials
+
+
+def _nothing(*inputs: Any) -> None:
+    """A call that does no work: the protocol's own cost (``Trials.floor_ms``)."""
 
 
 @contextlib.contextmanager

@@ -511,8 +511,9 @@ class WorkerSession:
         trials: int = 0,
     ) -> dict[str, Any]:
         """Time the model in the worker (perf/timing.py) and return its raw reply, checked
-        field by field: ``clock``, ``ms`` (one float per trial), ``stream_ms``, ``host_ms``
-        and ``not_plain``. Misbehaviour is an ``ExecutionIncident``, as for ``call``."""
+        field by field: ``clock``, ``ms`` (one float per trial), ``stream_ms``, ``host_ms``,
+        ``floor_ms`` (the protocol around a call that does nothing) and ``not_plain``.
+        Misbehaviour is an ``ExecutionIncident``, as for ``call``."""
         if not self.alive:
             self.start()
         blobs: list[bytes] = []
@@ -530,7 +531,7 @@ class WorkerSession:
         # judged: the first set only warms up, every other set is one trial
         expected = trials if method == "kernelbench" else len(input_sets) - 1
         checked: dict[str, Any] = {"clock": str(reply.get("clock", ""))[:40]}
-        for key in ("ms", "stream_ms", "host_ms"):
+        for key in ("ms", "stream_ms", "host_ms", "floor_ms"):
             values = reply.get(key)
             if not isinstance(values, list) or not all(
                 isinstance(v, int | float) and not isinstance(v, bool) and v == v and v >= 0

@@ -391,6 +391,7 @@ class Worker:
                 "stream_ms": measured.stream_ms,
                 "host_ms": measured.host_ms,
                 "not_plain": measured.not_plain,
+                "floor_ms": measured.floor_ms,
             },
         )
 
