@@ -6,7 +6,7 @@ numbers are the ones ``kernelgate bench`` prints. A CUDA-L1 record's ``ref_code`
 ``custom_code`` are written to a scratch folder first. On the H200:
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_examples.py --device cuda \
-        --cuda-l1 shared/corpora/cuda-l1/h100.jsonl --ids L1/T24 L1/T25
+        --cuda-l1 ../shared/corpora/cuda-l1/h100.jsonl --ids L1/T24 L1/T25
 """
 
 from __future__ import annotations
