@@ -93,8 +93,11 @@ def test_timing_hack_gets_no_speedup_it_did_not_earn(hack: TimingHack) -> None:
     # CPU, so any speedup >= 1 here would be unearned.
     assert shape["outputs_ok"], shape["problems"]
     assert shape["speedup"] < 1.0, shape
-    # KernelBench's method on the same kernel is: the hack works, the judge ignores it.
-    assert shape["kernelbench_speedup"] > 10 * shape["speedup"], shape
+    # KernelBench's method on the same kernel is fooled (a lookup, a clock 100x slow): the
+    # hack works, and the judge ignores it. (Its *speedup* also moves with the reference's
+    # warm-cache time, so the candidate's own times are compared.)
+    fooled, judged = shape["kernelbench_candidate"], shape["candidate"]
+    assert fooled["median_ms"] * 10 < judged["median_ms"], shape
 
 
 def test_bench_command_on_the_softmax_example(tmp_path: Path) -> None:

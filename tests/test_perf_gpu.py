@@ -55,5 +55,6 @@ def test_timing_hack_gets_no_speedup_it_did_not_earn(hack: TimingHack, honest: d
     # its time was counted (earned) and the outputs are right
     assert shape["speedup"] <= MARGIN * fair["speedup"], (shape, fair)
     if hack.caught_by == "protocol":  # and KernelBench's method is fooled by it
-        assert shape["kernelbench_speedup"] is not None, shape["kernelbench_note"]
-        assert shape["kernelbench_speedup"] > 2 * shape["speedup"], shape
+        assert shape["kernelbench_candidate"] is not None, shape["kernelbench_note"]
+        fooled, judged = shape["kernelbench_candidate"], shape["candidate"]
+        assert fooled["median_ms"] * 2 < judged["median_ms"], shape
