@@ -7,11 +7,12 @@ stderr, no traceback; set KERNELGATE_DEBUG=1 to see one).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, ParamSpec
+from typing import Annotated, Any, ParamSpec
 
 import typer
 from rich.console import Console
@@ -52,6 +53,11 @@ DeviceOption = Annotated[str, typer.Option("--device", help="cpu (Triton interpr
 TimeoutOption = Annotated[
     float, typer.Option("--timeout", min=1.0, help="seconds one candidate call may take")
 ]
+PERF_TRIALS_HELP = (
+    "judged timing trials per shape, each on fresh inputs (0: 50 on a device, 8 on the CPU)"
+)
+PerfTrialsOption = Annotated[int, typer.Option("--perf-trials", min=0, help=PERF_TRIALS_HELP)]
+BenchTrialsOption = Annotated[int, typer.Option("--trials", min=0, help=PERF_TRIALS_HELP)]
 CompileTimeoutOption = Annotated[
     float,
     typer.Option(
@@ -166,11 +172,21 @@ def verify_command(
             "reference never sends, instead of narrowing it (unguarded_precondition)",
         ),
     ] = False,
+    perf: Annotated[
+        bool,
+        typer.Option(
+            "--perf",
+            help="after the gates, time the candidate against the reference (docs/perf.md): "
+            "a verified speedup only where the verdict holds",
+        ),
+    ] = False,
+    perf_trials: PerfTrialsOption = 0,
 ) -> None:
     """Verify CANDIDATE against REFERENCE and print the gates and the verdict (with --json,
     the evidence's SHA-256 too: `sha256sum FILE` must print the same; docs/security.md)."""
     from kernelgate.audit.settled import worker_tree_settled
     from kernelgate.formats.problem import load_problem
+    from kernelgate.perf.measure import PerfOptions
     from kernelgate.pipeline import verify
 
     problem = load_problem(reference) if reference.is_dir() else None
@@ -198,10 +214,13 @@ def verify_command(
             hard_static=hard_static or (),
             strict=strict,
             problem=problem,
+            perf=PerfOptions(trials=perf_trials) if perf else None,
         )
     # Every worker of the verification, and whatever its candidate left running, is gone
     # now (``worker_tree_settled``): nothing of the candidate's can rewrite the evidence.
     console.print(gate_table(verdict))
+    if verdict.perf is not None:
+        print_perf(verdict.perf)
     for line in static_lines(verdict):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     digest = write_evidence(json_out, verdict.to_json(), settled) if json_out else None
@@ -244,6 +263,95 @@ def verify_command(
             soft_wrap=True,
         )
     raise typer.Exit(EXIT_CODES[verdict.verdict])
+
+
+def print_perf(report: dict[str, Any]) -> None:
+    """The perf layer's table and its one-line summary (verify --perf, bench)."""
+    from kernelgate.perf.bench import PERF_COLUMNS, perf_rows, perf_summary
+
+    title = f"performance ({report.get('clock', '')}; KB: KernelBench's method)"
+    table = Table(title=title)
+    for column in PERF_COLUMNS:
+        table.add_column(column, overflow="fold")
+    for row in perf_rows(report):
+        table.add_row(*row)
+    console.print(table)
+    style = "bold green" if report.get("verified_speedup") is not None else "yellow"
+    console.print(f"[{style}]{escape(perf_summary(report))}[/]", highlight=False, soft_wrap=True)
+
+
+@command("bench")
+def bench_command(
+    reference: Annotated[Path, typer.Argument(help="KernelBench reference (Model)")],
+    candidate: Annotated[Path, typer.Argument(help="candidate file defining ModelNew")],
+    device: DeviceOption = "cpu",
+    timeout: TimeoutOption = 60.0,
+    trials: BenchTrialsOption = 0,
+    kernelbench_trials: Annotated[
+        int,
+        typer.Option(
+            "--kernelbench-trials",
+            min=0,
+            help="trials of KernelBench's own method, shown beside (0: 100 on a device, 8 on "
+            "the CPU)",
+        ),
+    ] = 0,
+    shapes: Annotated[
+        int, typer.Option("--shapes", min=1, help="shapes timed: the reference's and others")
+    ] = 3,
+    no_gates: Annotated[
+        bool,
+        typer.Option(
+            "--no-gates",
+            help="time without judging first: outputs are still sampled and checked, but no "
+            "speedup is called verified",
+        ),
+    ] = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help=f"run only these gates first ({', '.join(GATE_IDS)})"),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="base seed of every generated case")] = 0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the evidence here")] = None,
+) -> None:
+    """Speedup of CANDIDATE over REFERENCE as the judge measures it (docs/perf.md), beside
+    KernelBench's timing of the same kernels; a verified speedup only where the verdict
+    holds. Exit codes as verify's (0 with --no-gates)."""
+    from kernelgate.audit.settled import worker_tree_settled
+    from kernelgate.perf.bench import perf_without_gates
+    from kernelgate.perf.measure import PerfOptions
+    from kernelgate.pipeline import verify
+
+    options = PerfOptions(trials=trials, kernelbench_trials=kernelbench_trials, shapes=shapes)
+    with worker_tree_settled() as settled:
+        if no_gates:
+            report = perf_without_gates(
+                reference, candidate, device=device, options=options, timeout=timeout, seed=seed
+            ).to_dict()
+            text, outcome = json.dumps(report, indent=2), None
+        else:
+            verdict = verify(
+                reference,
+                candidate,
+                device=device,
+                timeout=timeout,
+                seed=seed,
+                only=only,
+                perf=options,
+            )
+            report, text, outcome = verdict.perf or {}, verdict.to_json(), verdict.verdict
+    if outcome is not None:
+        failed = ", ".join(verdict.failed_gates + verdict.failed_rules)
+        console.print(
+            f"verdict: [{VERDICT_STYLE[outcome]}]{outcome.value}[/]"
+            + (f" (failed: {failed})" if failed else ""),
+            highlight=False,
+        )
+    print_perf(report)
+    if json_out is not None:
+        digest = write_evidence(json_out, text, settled)
+        console.print(f"evidence written to {json_out}, sha256 {digest}", markup=False)
+    raise typer.Exit(0 if outcome is None else EXIT_CODES[outcome])
 
 
 def static_lines(verdict: Verdict) -> list[str]:

@@ -36,6 +36,7 @@ from kernelgate.gates import GATE_IDS, GATES
 from kernelgate.gates.base import GateContext, GateResult, run_gate
 from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
+from kernelgate.perf.measure import PerfOptions, PerfReport, PerfRun
 from kernelgate.sandbox import confine
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
@@ -107,6 +108,7 @@ def verify(
     hard_static: Sequence[str] = (),
     strict: bool = False,
     problem: Problem | None = None,
+    perf: PerfOptions | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -139,6 +141,8 @@ def verify(
     ``reference``: the candidate is its solution (``Model``, weights shared from the
     reference), its ``forbidden`` names join ``forbid``, and SHAPES-01 judges every declared
     shape after the gates.
+    ``perf``: after the gates, time the candidate against the reference (perf/measure.py);
+    the verdict's ``perf`` holds the report, a "verified speedup" only where the verdict holds.
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -204,6 +208,7 @@ def verify(
         replay.append("--sanitize")
     if strict:
         replay.append("--strict")
+    perf_report: Any = None
     try:
         results: list[GateResult] = []
         with session:
@@ -244,6 +249,8 @@ def verify(
                         on_gate(gate.id, result)
                 if problem is not None:  # every declared shape: a failure rejects
                     rules.append(judge_declared_shapes(ctx, problem))
+                if perf is not None:
+                    perf_report = performance(ctx, reference, perf, contract, results, rules)
             finally:
                 ctx.close_spare()  # a prefetched worker no gate took
                 settle_retired_workers()  # fresh instances told to exit: gone before the verdict
@@ -280,7 +287,37 @@ def verify(
         unguarded_precondition=unguarded_preconditions(results),
         strict=strict,
         problem=problem.summary() if problem is not None else None,
+        perf=None if perf_report is None else perf_report.to_dict(),
     )
+
+
+def performance(
+    ctx: GateContext,
+    reference: str | Path,
+    options: PerfOptions,
+    contract: Contract,
+    results: list[GateResult],
+    rules: list[RuleResult],
+) -> PerfReport:
+    """The perf layer after the gates: timed over the narrowed domain when the verdict is
+    narrowed, and a verified speedup only when the verdict holds (perf/measure.py)."""
+    outcome, _ = combine(results, rules)
+    if ctx.halted:  # a candidate that hung would hang every trial too
+        return PerfReport(
+            clock="none",
+            verdict=outcome.value,
+            shapes=[],
+            protocol={},
+            not_verified_because=f"not timed: {ctx.halted}",
+        )
+    domain = contract
+    if outcome is Outcome.NARROWED:
+        from kernelgate.domain import narrowed_contract
+
+        domain, _ = narrowed_contract(contract, results)
+    ctx.gate_id = "PERF"
+    ctx.session.compile_context = "PERF"
+    return PerfRun(ctx, Path(reference), options, outcome=outcome.value).run(domain)
 
 
 def static_evidence(

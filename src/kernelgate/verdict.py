@@ -51,6 +51,9 @@ class Verdict(Serializable):
     # A problem folder's statement (formats/problem.py) when the candidate was judged
     # against one: name, precision, tolerance, forbidden, declared shapes
     problem: dict[str, Any] | None = None
+    # ``verify --perf`` / ``bench``: the judge's timing against the reference (perf/measure.py,
+    # docs/perf.md); None when not asked for
+    perf: dict[str, Any] | None = None
     schema: str = VERDICT_SCHEMA
 
     @property

@@ -124,9 +124,10 @@ class WorkerSession:
     # for, and the uses its replies reported (merged, bounded)
     forbidden: tuple[str, ...] = ()
     forbidden_uses: list[dict[str, Any]] = field(default_factory=list)
-    # The class the candidate defines ("Model" for a problem folder's solution), and for a
-    # problem folder the reference's weights at given init inputs and sizes key (names,
-    # tensors), which the worker loads with ``load_state_dict(strict=True)``
+    # The class the worker builds: the candidate's ``ModelNew``, or ``Model`` for a problem
+    # folder's solution and for the reference when perf/ times it in a worker of its own;
+    # and for a problem folder the reference's weights at given init inputs and sizes key
+    # (names, tensors), which the worker loads with ``load_state_dict(strict=True)``
     model_class: str = "ModelNew"
     weights: Callable[[list[Any], str | None], tuple[list[str], list[Any]]] | None = None
 
@@ -521,6 +522,83 @@ class WorkerSession:
             self.kernels.extend(k for k in kernels if isinstance(k, dict))
         merge_uses(self.forbidden_uses, parse_uses(reply.get("forbidden")))
         return CallResult(outputs, after, allocations, seconds)
+
+    # -- performance (perf/) ----------------------------------------------------------------
+    def perf(
+        self,
+        input_sets: list[list[Any]],
+        *,
+        method: str,
+        timeout: float,
+        warmup: int = 0,
+        trials: int = 0,
+    ) -> dict[str, Any]:
+        """Time the model in the worker (perf/timing.py) and return its raw reply, checked
+        field by field: ``clock``, ``ms`` (one float per trial), ``stream_ms``, ``host_ms``,
+        ``floor_ms`` (the protocol around a call that does nothing) and ``not_plain``.
+        Misbehaviour is an ``ExecutionIncident``, as for ``call``."""
+        if not self.alive:
+            self.start()
+        blobs: list[bytes] = []
+        header = {
+            "op": "perf",
+            "inputs": wire.encode_value(input_sets, blobs),
+            "method": method,
+            "warmup": warmup,
+            "trials": trials,
+        }
+        reply, _ = self._building_exchange_within(header, blobs, timeout)
+        if not reply.get("ok"):
+            kind = "device-fault" if reply.get("device_fault") else "exception"
+            raise ExecutionIncident(kind, str(reply.get("error")), str(reply.get("traceback", "")))
+        # judged: the first set only warms up, every other set is one trial
+        expected = trials if method == "kernelbench" else len(input_sets) - 1
+        checked: dict[str, Any] = {"clock": str(reply.get("clock", ""))[:40]}
+        for key in ("ms", "stream_ms", "host_ms", "floor_ms"):
+            values = reply.get(key)
+            if not isinstance(values, list) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and v == v and v >= 0
+                for v in values
+            ):
+                self._kill_current()
+                raise ExecutionIncident("protocol", f"malformed perf reply: {key}")
+            checked[key] = [float(v) for v in values]
+        if len(checked["ms"]) != expected:
+            self._kill_current()
+            raise ExecutionIncident(
+                "protocol", f"perf reply has {len(checked['ms'])} times for {expected} trials"
+            )
+        checked["not_plain"] = str(reply.get("not_plain", ""))[:500]
+        return checked
+
+    def perf_outputs(self, indices: list[int]) -> list[list[Any]]:
+        """The outputs the last ``perf`` run's trials ``indices`` returned (copied in the
+        worker right after each timed interval), decoded like ``call``'s."""
+        reply, reply_blobs = self._exchange(
+            {"op": "perf_outputs", "indices": list(indices)}, [], self.timeout
+        )
+        if not reply.get("ok"):
+            kind = "device-fault" if reply.get("device_fault") else "exception"
+            raise ExecutionIncident(kind, str(reply.get("error")), str(reply.get("traceback", "")))
+        try:
+            outputs = reply["outputs"]
+            if not isinstance(outputs, list) or len(outputs) != len(indices):
+                raise wire.WireError("wrong number of trials in the perf outputs")
+            return [list(wire.decode_value(node, reply_blobs)) for node in outputs]
+        except (wire.WireError, KeyError, TypeError, ValueError) as exc:
+            self._kill_current()
+            raise ExecutionIncident("protocol", f"malformed reply from worker: {exc}") from None
+
+    def _building_exchange_within(
+        self, header: dict[str, Any], blobs: list[bytes], timeout: float
+    ) -> tuple[dict[str, Any], list[bytes]]:
+        """``_building_exchange`` with its own deadline (a perf run makes many calls)."""
+        try:
+            return self._exchange(header, blobs, timeout, op=str(header["op"]))
+        except ExecutionIncident as incident:
+            if incident.kind != "build-timeout":
+                raise
+            raise CandidateBuildError(f"candidate {self.candidate}: {incident.detail}") from None
 
     # -- outputs kept across calls (ORD-02) -----------------------------------------------
     @contextlib.contextmanager

@@ -22,6 +22,7 @@ os.dup2(2, 1)
 import torch  # noqa: E402
 
 from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E402
+from kernelgate.perf import timing as perf_timing  # noqa: E402  (binds its clocks now)
 from kernelgate.sandbox import cuda_ipc, wire  # noqa: E402
 from kernelgate.sandbox.builds import remember_failed_builds, report_builds  # noqa: E402
 from kernelgate.sandbox.clocks import ClockMode, Clocks  # noqa: E402
@@ -37,6 +38,7 @@ _storage_bytes = wire.storage_bytes
 _encode_value = wire.encode_value
 _send, _recv = wire.send_frame, wire.recv_frame
 _Exports, _Mappings, _IpcRef = cuda_ipc.Exports, cuda_ipc.Mappings, cuda_ipc.IpcRef
+_judged_trials, _kernelbench_trials = perf_timing.judged_trials, perf_timing.kernelbench_trials
 
 CANDIDATE_MODULE = "kernelgate_candidate"
 FLOOD_BYTES = 256 * 1024 * 1024
@@ -67,6 +69,9 @@ class Worker:
         # FORBID-01's dynamic half: forbidden torch calls and imports while candidate code
         # runs (forbidden_watch.py); records nothing until the load names a forbidden list
         self.watch = ForbiddenWatch((), "", CANDIDATE_MODULE)
+        # copies of the outputs of the last ``perf`` run's trials, one list per trial, until
+        # the judge asks for the ones it checks (``perf_outputs``)
+        self.perf_snapshots: list[list[Any]] = []
 
     def serve(self) -> None:
         while True:
@@ -87,6 +92,8 @@ class Worker:
                 "kept": self.kept_outputs,
                 "choices": self.choices,
                 "ipc": self.ipc_probe,
+                "perf": self.perf,
+                "perf_outputs": self.perf_outputs,
             }.get(op)
             if handler is None:
                 _send(self.fd_out, {"ok": False, "error": f"unknown op {op!r}"})
@@ -180,6 +187,8 @@ class Worker:
             sys.modules[CANDIDATE_MODULE] = module
             with self.watch.watching("load"):
                 spec.loader.exec_module(module)
+            # "Model" for a problem folder's solution, and for the reference when the judge
+            # times it in a worker of its own (perf/)
             class_name = str(header.get("model_class", "ModelNew"))
             model_cls = getattr(module, class_name, None)
             if model_cls is None:
@@ -350,6 +359,68 @@ class Worker:
         if header.get("release"):
             self.kept = {}
         _send(self.fd_out, {"ok": True, "kept": encoded}, out_blobs)
+
+    def perf(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        """Time the model on the input sets sent (perf/timing.py): ``method`` "judged" (the
+        first set for ``warmup`` calls, then one set per trial, outputs kept for
+        ``perf_outputs``) or "kernelbench" (the first set, ``warmup`` calls then
+        ``trials``). Side streams are not delayed here (streams.py): the judged protocol's
+        device-wide synchronize counts their work instead."""
+        try:
+            self.perf_snapshots = []
+            sets = wire.decode_value(header["inputs"], blobs)
+            input_sets = [list(_materialize(s, self.device)) for s in sets]
+            if not input_sets:
+                raise ValueError("no input sets")
+            with _no_grad():
+                if header.get("method") == "kernelbench":
+                    measured = _kernelbench_trials(
+                        self.model,
+                        input_sets[0],
+                        self.device,
+                        warmup=int(header.get("warmup", 3)),
+                        trials=int(header.get("trials", 100)),
+                    )
+                else:  # the first set only warms up: no timed trial sees an input twice
+                    warm, timed = input_sets[0], input_sets[1:]
+                    if not timed:
+                        raise ValueError("no input set left to time after the warm-up one")
+                    for _ in range(int(header.get("warmup", 0))):  # compiles, autotuning
+                        self.model(*warm)
+                    if self.device.type == "cuda":
+                        _synchronize(self.device)
+                    measured = _judged_trials(self.model, timed, self.device)
+            del input_sets
+            self.perf_snapshots = measured.snapshots
+        except BaseException as exc:
+            self.perf_snapshots = []
+            self._fail("perf", exc)
+            return
+        _send(
+            self.fd_out,
+            {
+                "ok": True,
+                "clock": measured.clock,
+                "ms": measured.ms,
+                "stream_ms": measured.stream_ms,
+                "host_ms": measured.host_ms,
+                "not_plain": measured.not_plain,
+                "floor_ms": measured.floor_ms,
+            },
+        )
+
+    def perf_outputs(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        """The kept output copies of the trials ``indices`` of the last ``perf`` run; every
+        copy is let go after."""
+        out_blobs: list[bytes] = []
+        try:
+            indices = [int(i) for i in header.get("indices", [])]
+            snapshots, self.perf_snapshots = self.perf_snapshots, []
+            encoded = [_encode_value(snapshots[i], out_blobs) for i in indices]
+        except BaseException as exc:
+            self._fail("perf_outputs", exc)
+            return
+        _send(self.fd_out, {"ok": True, "outputs": encoded}, out_blobs)
 
 
 @dataclass
