@@ -561,7 +561,7 @@ class GateContext:
                     continue
                 same = torch.ones(want.shape, dtype=torch.bool, device=want.device)
                 for other in runs[1:]:
-                    same &= _same_values(largest[k], other[k])
+                    same &= _equal_or_both_nan(largest[k], other[k])
                 outputs.append(torch.where(same, largest[k], want))
             return outputs
 
@@ -994,6 +994,6 @@ def run_gate(gate: Gate, ctx: GateContext) -> GateResult:
     return result
 
 
-def _same_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _equal_or_both_nan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Elementwise equality in which NaN equals NaN (and -0.0 equals +0.0)."""
     return (a == b) | (torch.isnan(a) & torch.isnan(b))
