@@ -48,6 +48,8 @@ class ExecutionSafetyGate(Gate):
         runs: list[SanitizerRun] = []
         if ctx.sanitize:
             runs, sanitizer = self._sanitize(ctx)
+            if ctx.session.device == "cpu":  # keep what the trace covered beside it
+                sanitizer = f"{sanitizer}; {ctx.access.summary()}"
         evidence = {
             "candidate_calls": ctx.session.calls,
             "worker_starts": ctx.session.starts,
