@@ -1,4 +1,4 @@
-"""DEFECT: two-pass row sum through a ``torch.empty`` scratch of a fixed 16 slots a row:
+"""DEFECT: two-pass row sum through a ``torch.empty`` scratch of at least 16 slots a row:
 1000 columns in chunks of 128 make 8 partials, so the first pass writes 8 of the 16 slots
 and the second loads all 16, discarding the 8 unwritten ones with ``tl.where``.
 
@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 CHUNK = 128
-SLOTS = 16  # DEFECT: a fixed padded width, while only cdiv(n_cols, CHUNK) slots are written
+MIN_SLOTS = 16  # DEFECT: slots padded to 16, while only cdiv(n_cols, CHUNK) are written
 
 
 @triton.jit
@@ -39,9 +39,9 @@ class ModelNew(nn.Module):
         x = x.contiguous()
         n_rows, n_cols = x.shape
         n_chunks = triton.cdiv(n_cols, CHUNK)
-        assert n_chunks <= SLOTS, "rows longer than SLOTS * CHUNK"
-        scratch = torch.empty(n_rows, SLOTS, dtype=torch.float32, device=x.device)
+        slots = max(MIN_SLOTS, triton.next_power_of_2(n_chunks))
+        scratch = torch.empty(n_rows, slots, dtype=torch.float32, device=x.device)
         out = torch.empty(n_rows, dtype=x.dtype, device=x.device)
-        _partial_sums[(n_rows, n_chunks)](x, scratch, x.stride(0), n_cols, BLOCK=CHUNK, SLOTS=SLOTS)
-        _combine[(n_rows,)](scratch, out, n_chunks, SLOTS=SLOTS)
+        _partial_sums[(n_rows, n_chunks)](x, scratch, x.stride(0), n_cols, BLOCK=CHUNK, SLOTS=slots)
+        _combine[(n_rows,)](scratch, out, n_chunks, SLOTS=slots)
         return out
