@@ -246,10 +246,12 @@ def test_audit_writes_a_complete_report(
     }
     assert summary["old_check"] == {"accepted": 2, "rejected": 4, "not-run": 1, "error": 0}
     assert summary["disagreement"] == {
-        "old_accepts_contract_accepts": 1,
-        "old_accepts_contract_rejects": 1,
-        "old_rejects_contract_accepts": 0,
-        "old_rejects_contract_rejects": 4,
+        "old_accepts_contract_verified": 1,
+        "old_accepts_contract_narrowed": 0,
+        "old_accepts_contract_rejected": 1,
+        "old_rejects_contract_verified": 0,
+        "old_rejects_contract_narrowed": 0,
+        "old_rejects_contract_rejected": 4,
         "excluded": 1,
     }
     assert summary["gates"]["EXC-01"]["fail"] == 1

@@ -30,6 +30,9 @@ def test_only_domain_failures_with_a_sub_domain_narrow() -> None:
         [_gate("CMP-02", Status.FAIL, sub), _gate("RES-01", Status.FAIL, untagged)]
     )
     assert narrowable([_gate("CMP-02", Status.FAIL, sub), _gate("RES-01", Status.FAIL, tagged)])
+    # an access-trace finding beside incidents outside the domain: no sub-domain mends it
+    traced = tagged | {"access_trace": {"findings": [{"kind": "uninitialised read"}]}}
+    assert not narrowable([_gate("CMP-02", Status.FAIL, sub), _gate("RES-01", Status.FAIL, traced)])
     contract, changes = narrowed_contract(
         load_contract(DATA / "cmp_ew_strided.toml"), [_gate("CMP-02", Status.FAIL, sub)]
     )

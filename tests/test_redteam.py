@@ -20,6 +20,7 @@ from kernelgate.gates import GATE_IDS
 from kernelgate.redteam.catalog import CONTROLS, DEFECTS, entries
 from kernelgate.redteam.runner import (
     CAUGHT,
+    CPU_ONLY,
     DEVICE_ONLY,
     OTHER_GATE,
     PASSED,
@@ -46,6 +47,8 @@ def test_catalog_is_complete_and_well_formed() -> None:
         assert entry.defect, entry.name
         assert entry.intended_gates and set(entry.intended_gates) <= set(GATE_IDS), entry.name
         assert entry.device_only is None or len(entry.device_only) > 20, entry.name
+        assert entry.cpu_only is None or len(entry.cpu_only) > 20, entry.name
+        assert not (entry.cpu_only and entry.device_only), entry.name
     for entry in [*DEFECTS, *CONTROLS]:
         assert {"Model", "get_inputs", "get_init_inputs"} <= _top_level_names(
             entry.reference_path
@@ -89,6 +92,17 @@ def test_confusion_matrix_margins_and_exit_rule() -> None:
     assert not Calibration("cpu", [caught, rejected_control]).ok
     device_control = EntryResult("h3", True, [], DEVICE_ONLY, detail="bf16 in the interpreter")
     assert Calibration("cpu", [caught, device_control]).ok  # not run, so not rejected
+
+
+def test_cpu_only_defects_are_not_run_on_a_device() -> None:
+    """What only the interpreter's access trace sees is listed, not missed, on a device
+    (calibrate returns before verify, so this runs on any machine)."""
+    cpu_only = [e.name for e in DEFECTS if e.cpu_only]
+    assert {"oob_tail_read", "uninitialised_scratch_read"} <= set(cpu_only)
+    cal = calibrate("cuda", cpu_only, jobs=1)
+    assert [r.outcome for r in cal.results] == [CPU_ONLY] * len(cpu_only)
+    assert all(len(r.detail) > 20 for r in cal.results)  # why, from the catalog
+    assert cal.ok and cal.confusion()[CPU_ONLY] == cpu_only
 
 
 def test_calibrate_cli_lists_device_only_defects_without_running_them(tmp_path: Path) -> None:
@@ -147,10 +161,13 @@ def test_gpu_device_only_defects_rejected_by_an_intended_gate() -> None:
     """On the device: the defects the interpreter cannot express (TF32, atomics, races,
     side streams, spills) are rejected by an intended gate, and the controls still pass."""
     names = [e.name for e in [*DEFECTS, *CONTROLS] if e.device_only] + [
+        "write_write_race",  # device-only until the CPU's access trace could see it
         "matmul",
         "row_sum",
         "softmax",
         "side_stream_joined",
+        "atomic_row_sum",  # the access trace's controls hold on a device too
+        "scratch_two_pass",
     ]
     cal = calibrate("cuda", names, jobs=1)
     missed = {

@@ -148,6 +148,14 @@ def verify_command(
             "initcheck (device mode; RES-01)",
         ),
     ] = False,
+    no_access_trace: Annotated[
+        bool,
+        typer.Option(
+            "--no-access-trace",
+            help="do not trace the Triton interpreter's loads and stores (CPU mode; RES-01 "
+            "then judges incidents only; same as KERNELGATE_ACCESS_TRACE=0)",
+        ),
+    ] = False,
     forbid: Annotated[
         list[str] | None,
         typer.Option(
@@ -188,8 +196,11 @@ def verify_command(
     from kernelgate.formats.problem import load_problem
     from kernelgate.perf.measure import PerfOptions
     from kernelgate.pipeline import verify
+    from kernelgate.sandbox.access_trace import TRACE_ENV
 
     problem = load_problem(reference) if reference.is_dir() else None
+    if no_access_trace:  # read by every worker session of this verification
+        os.environ[TRACE_ENV] = "0"
     with worker_tree_settled() as settled, work_progress(errors, "gates") as progress:
         task = progress.add_task("loading reference and candidate", total=len(GATE_IDS))
 

@@ -115,6 +115,8 @@ def _incidents_outside(gates: list[GateResult]) -> bool:
     """Whether RES-01 failed only on incidents a domain gate tagged as outside its domain."""
     for gate in gates:
         if gate.id == "RES-01" and gate.status == FAIL:
+            if (gate.evidence.get("access_trace") or {}).get("findings"):
+                return False  # the interpreter's access trace found a fault: no domain mends it
             incidents = gate.evidence.get("incidents", [])
             return bool(incidents) and all(i.get("domain_point") for i in incidents)
     return True

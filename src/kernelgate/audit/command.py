@@ -177,7 +177,8 @@ def audit_command_body(
     console.print(f"contract:  {contract}", highlight=False)
     console.print(f"old check: {old}", highlight=False)
     console.print(
-        f"old check accepts but contract rejects: {matrix['old_accepts_contract_rejects']}",
+        f"old check accepts but contract rejects: {matrix['old_accepts_contract_rejected']}"
+        f", narrows: {matrix['old_accepts_contract_narrowed']}",
         highlight=False,
     )
     unguarded = summary.get("unguarded_precondition") or {}

@@ -6,10 +6,15 @@ resumed audit's report covers every record judged in any session.
 Definitions the figures rest on:
 
 - The old check *accepts* a record when it says ``accepted`` (KernelBench's check at the
-  legacy 1e-2 tolerance; ``old_check_current`` holds today's per-dtype tolerance); the
-  contract *accepts* when the verdict is ``verified`` or ``narrowed``. Records the old check
-  could not run, and records that are ``unreadable`` or ``error``, are left out of the
-  disagreement matrix and counted as excluded.
+  legacy 1e-2 tolerance; ``old_check_current`` holds today's per-dtype tolerance). The
+  disagreement matrix crosses it with the contract's three outcomes, ``verified``,
+  ``narrowed`` and ``rejected``, each its own column: a narrowed record holds only on a
+  smaller domain than the benchmark claimed, so it is never counted as accepted. Records
+  the old check could not run, and records that are ``unreadable`` or ``error``, are left
+  out of the matrix and counted as excluded.
+- The two headline rates (``headline``), over records that loaded: *any gate fails* and
+  *any tolerance-free gate fails*. A narrowed record counts where its gate failed (the
+  layout or shape gate that narrowed it), like any other failure.
 - A record's *defects* are its failed gates, or ``load`` when its candidate does not load
   (syntax error, no ``ModelNew``, import failure). The modal defect is the most frequent.
 - Compile pass: the candidate loaded and ``ModelNew`` was built. Dynamic pass: no dynamic
@@ -42,6 +47,7 @@ from kernelgate.audit.oldcheck import ACCEPTED, REJECTED
 from kernelgate.evidence_io import write_atomic
 
 CONTRACT_OUTCOMES = ("verified", "narrowed", "rejected", "unreadable", "error")
+MATRIX_COLUMNS = ("verified", "narrowed", "rejected")  # the disagreement matrix's columns
 OLD_CHECK_OUTCOMES = ("accepted", "rejected", "not-run", "error")
 DYNAMIC_GATES = ("CMP-01", "CMP-02", "CMP-03", "ORD-01", "PRC-01", "PRC-02")
 SAFETY_GATES = ("EXC-01", "EXC-02", "ORD-02", "MEM-01", "RES-01", "RES-02")
@@ -69,28 +75,45 @@ def _percentile(values: list[float], share: float) -> float | None:
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
-def _contract_accepts(row: dict[str, Any]) -> bool | None:
-    if row["verdict"] in ("verified", "narrowed"):
-        return True
-    return False if row["verdict"] == "rejected" else None
-
-
 def _old_accepts(status: str) -> bool | None:
     return {ACCEPTED: True, REJECTED: False}.get(status)
 
 
 def _matrix(rows: list[dict[str, Any]], field: str) -> dict[str, int]:
+    """Old check (accepts, rejects) by contract outcome (``MATRIX_COLUMNS``), plus the
+    records left out (``excluded``): cells ``old_<accepts|rejects>_contract_<outcome>``."""
     cells = Counter()
     for row in rows:
-        old, new = _old_accepts(row[field]), _contract_accepts(row)
-        if old is None or new is None:
+        old, new = _old_accepts(row[field]), row["verdict"]
+        if old is None or new not in MATRIX_COLUMNS:
             cells["excluded"] += 1
         else:
-            cells[
-                f"old_{'accepts' if old else 'rejects'}_contract_{'accepts' if new else 'rejects'}"
-            ] += 1
-    keys = [f"old_{o}_contract_{c}" for o in ("accepts", "rejects") for c in ("accepts", "rejects")]
+            cells[f"old_{'accepts' if old else 'rejects'}_contract_{new}"] += 1
+    keys = [f"old_{o}_contract_{c}" for o in ("accepts", "rejects") for c in MATRIX_COLUMNS]
     return {key: cells[key] for key in [*keys, "excluded"]}
+
+
+def headline(loaded: list[dict[str, Any]]) -> dict[str, Any]:
+    """The seed's two headline rates over records that loaded: any gate fails, any
+    tolerance-free gate fails. Narrowed records count where their gate failed; how many of
+    the failing records are narrowed is given beside each count."""
+    failing = [r for r in loaded if any(g["status"] == "fail" for g in r["gates"])]
+    exact = [
+        r
+        for r in failing
+        if any(g["status"] == "fail" and g["kind"] == "tolerance-free" for g in r["gates"])
+    ]
+    return {
+        "loaded": len(loaded),
+        "any_gate_fails": len(failing),
+        "any_gate_fails_rate": _rate(len(failing), len(loaded)),
+        "any_gate_fails_narrowed": sum(1 for r in failing if r["verdict"] == "narrowed"),
+        "any_tolerance_free_gate_fails": len(exact),
+        "any_tolerance_free_gate_fails_rate": _rate(len(exact), len(loaded)),
+        "any_tolerance_free_gate_fails_narrowed": sum(
+            1 for r in exact if r["verdict"] == "narrowed"
+        ),
+    }
 
 
 def defects(row: dict[str, Any]) -> list[str]:
@@ -243,6 +266,7 @@ def summarize(
         "contract": {k: sum(1 for r in rows if r["verdict"] == k) for k in CONTRACT_OUTCOMES},
         "disagreement": _matrix(rows, "old_check"),
         "disagreement_current_tolerance": _matrix(rows, "old_check_current"),
+        "headline": headline(loaded),
         "gates": dict(sorted(gate_stats.items())),
         "tolerance_free_vs_thresholded": {"judged": len(loaded), **kinds},
         "modal_defect": {
@@ -372,15 +396,15 @@ def _plots(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, byt
 
     matrix = summary["disagreement"]
     cells = [
-        [matrix["old_accepts_contract_accepts"], matrix["old_accepts_contract_rejects"]],
-        [matrix["old_rejects_contract_accepts"], matrix["old_rejects_contract_rejects"]],
+        [matrix[f"old_{old}_contract_{new}"] for new in MATRIX_COLUMNS]
+        for old in ("accepts", "rejects")
     ]
-    figure, ax = plt.subplots(figsize=(4.6, 3.8))
+    figure, ax = plt.subplots(figsize=(5.6, 3.8))
     ax.imshow(cells, cmap="Blues")
-    ax.set_xticks([0, 1], ["contract accepts", "contract rejects"])
+    ax.set_xticks(range(len(MATRIX_COLUMNS)), [f"contract {c}" for c in MATRIX_COLUMNS])
     ax.set_yticks([0, 1], ["old accepts", "old rejects"])
     for i in range(2):
-        for j in range(2):
+        for j in range(len(MATRIX_COLUMNS)):
             ax.text(j, i, str(cells[i][j]), ha="center", va="center", fontsize=14)
     ax.set_title(f"excluded: {matrix['excluded']}")
     save("disagreement", figure)
@@ -449,6 +473,7 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
     m = summary["disagreement"]
     mc = summary["disagreement_current_tolerance"]
     tol = summary["tolerance_free_vs_thresholded"]
+    head = summary["headline"]
     cov = summary["coverage"]
     tables = [
         (
@@ -469,19 +494,33 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
         ),
         (
             "Disagreement matrix (old check at 1e-2; per-dtype tolerance in brackets)",
-            ["", "contract accepts", "contract rejects"],
+            ["", *[f"contract {c}" for c in MATRIX_COLUMNS]],
+            [
+                *[
+                    [
+                        f"old check {old}",
+                        *[
+                            f"{m[f'old_{old}_contract_{c}']} ({mc[f'old_{old}_contract_{c}']})"
+                            for c in MATRIX_COLUMNS
+                        ],
+                    ]
+                    for old in ("accepts", "rejects")
+                ],
+                ["excluded (not run, unreadable, error)", str(m["excluded"]), "", ""],
+            ],
+        ),
+        (
+            "Headline rates (records that loaded; narrowed records count where their gate failed)",
+            ["loaded", "any gate fails", "any tolerance-free gate fails"],
             [
                 [
-                    "old check accepts",
-                    f"{m['old_accepts_contract_accepts']} ({mc['old_accepts_contract_accepts']})",
-                    f"{m['old_accepts_contract_rejects']} ({mc['old_accepts_contract_rejects']})",
-                ],
-                [
-                    "old check rejects",
-                    f"{m['old_rejects_contract_accepts']} ({mc['old_rejects_contract_accepts']})",
-                    f"{m['old_rejects_contract_rejects']} ({mc['old_rejects_contract_rejects']})",
-                ],
-                ["excluded (not run, unreadable, error)", str(m["excluded"]), ""],
+                    str(head["loaded"]),
+                    f"{head['any_gate_fails']} ({_pct(head['any_gate_fails_rate'])}; "
+                    f"{head['any_gate_fails_narrowed']} narrowed)",
+                    f"{head['any_tolerance_free_gate_fails']} "
+                    f"({_pct(head['any_tolerance_free_gate_fails_rate'])}; "
+                    f"{head['any_tolerance_free_gate_fails_narrowed']} narrowed)",
+                ]
             ],
         ),
         (

@@ -44,6 +44,7 @@ from kernelgate.oracle.error_models import (
 )
 from kernelgate.oracle.fp64 import Oracle, SizedOracle, flatten_outputs
 from kernelgate.oracle.output_kinds import assess_exact, assess_indices, output_kind
+from kernelgate.sandbox.access_trace import AccessLog
 from kernelgate.sandbox.clocks import ChoicePoint
 from kernelgate.sandbox.forbidden_watch import merge_uses
 from kernelgate.sandbox.session import CallResult, ExecutionIncident, WorkerSession
@@ -231,6 +232,8 @@ class GateContext:
         self.seed = seed
         self.replay_argv = replay
         self.incidents: list[Incident] = []
+        # every traced call's loads and stores under the interpreter, for RES-01
+        self.access = AccessLog()
         self.halted: str | None = None  # set after a hang: later gates are not run
         # oracle results per case's admitted values (keyed by the id of that list, least
         # recently used first): "expected", "magnitude", "open-zero-signs" and one
@@ -806,6 +809,7 @@ class GateContext:
             if session is not self.session:
                 label += f", fresh instance (clock mode {session.clock_mode})"
             self._incident(gate_id, label, case.seed, incident)
+        self.access.add(gate_id, case.label, case.seed, result.access)
         run = Run(case, placed, result)
         plain = place is None and not (hold_bytes or reuse_inputs) and case.init_inputs is None
         if session is self.session and session.calls_since_start == 1 and plain:
@@ -890,6 +894,7 @@ class GateContext:
             forbidden=main.forbidden,
             model_class=main.model_class,
             weights=main.weights,
+            access_trace=main.access_trace,
         )
         session.spawn()
         return session

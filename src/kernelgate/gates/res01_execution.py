@@ -3,13 +3,28 @@
 With ``--sanitize`` (device mode) the candidate is also run under compute-sanitizer
 memcheck, racecheck and initcheck (``sandbox/sanitizer.py``) on one case at the
 reference shape; any error the sanitizer reports fails the gate, with its report.
+
+In CPU mode the Triton interpreter's access trace (``sandbox/access_trace.py``) watches
+every load, store and atomic of every gate's calls; an access outside every live
+allocation, a write-write race between program instances or a read of poisoned memory no
+one wrote fails the gate, with program ids, addresses in elements of the allocation and
+the source line of each finding.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, ClassVar
 
-from kernelgate.gates.base import Counterexample, Gate, GateContext, GateKind, GateResult, Status
+from kernelgate.gates.base import (
+    Counterexample,
+    Gate,
+    GateAborted,
+    GateContext,
+    GateKind,
+    GateResult,
+    Status,
+)
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
 from kernelgate.sandbox.sanitizer import SanitizerRun, sanitize_candidate
 
@@ -23,22 +38,28 @@ class ExecutionSafetyGate(Gate):
     always_runs: ClassVar[bool] = True
 
     def run(self, ctx: GateContext) -> GateResult:
+        if ctx.session.device == "cpu":
+            self._trace_own_case(ctx)
         sanitizer = (
-            "compute-sanitizer not run: CPU mode (the interpreter access trace is "
-            "not implemented yet)"
+            ctx.access.summary()
             if ctx.session.device == "cpu"
             else "compute-sanitizer not run: not requested"
         )
         runs: list[SanitizerRun] = []
         if ctx.sanitize:
             runs, sanitizer = self._sanitize(ctx)
+            if ctx.session.device == "cpu":  # keep what the trace covered beside it
+                sanitizer = f"{sanitizer}; {ctx.access.summary()}"
         evidence = {
             "candidate_calls": ctx.session.calls,
             "worker_starts": ctx.session.starts,
             "incidents": [i.to_dict() for i in ctx.incidents],
             "sanitizer": sanitizer,
             "sanitizer_runs": [r.to_dict() for r in runs],
+            "access_trace": ctx.access.to_dict(),
         }
+        if ctx.access.findings:
+            return self._trace_failure(ctx, evidence)
         found = [r for r in runs if r.found]
         if found and not ctx.incidents:
             return self.result(
@@ -73,6 +94,40 @@ class ExecutionSafetyGate(Gate):
                 inputs=[],
                 findings=[i.to_dict() for i in ctx.incidents[:8]],
                 replay=ctx.replay(first.gate),
+            ),
+            evidence=evidence,
+        )
+
+    def _trace_own_case(self, ctx: GateContext) -> None:
+        """One traced call of RES-01's own (the sanitizer's case) when no gate before it
+        made one (``--only RES-01``, or every call so far untraced after a restart)."""
+        if ctx.access.traced_calls or ctx.halted or not ctx.session.access_trace:
+            return
+        case = ctx.drawn_case(SANITIZER_CASE, ctx.case_seed(self.id, 0))
+        with contextlib.suppress(GateAborted):  # the incident is recorded for this gate
+            ctx.run(self.id, case)
+
+    def _trace_failure(self, ctx: GateContext, evidence: dict[str, Any]) -> GateResult:
+        """RES-01 failed by the interpreter's access trace: its findings, the first one's
+        call as the case to replay, and any incidents beside them."""
+        findings = ctx.access.findings
+        first = findings[0]
+        kinds = sorted({str(f["kind"]) for f in findings})
+        reason = (
+            f"access trace: {len(findings)} finding(s) ({', '.join(kinds)}); first in "
+            f"{first['gate']}: {ctx.access.describe(first)}"
+        )
+        if ctx.incidents:
+            reason += f"; and {len(ctx.incidents)} execution incident(s)"
+        return self.result(
+            Status.FAIL,
+            reason,
+            counterexample=Counterexample(
+                case=f"{first['gate']}: {first['case']}",
+                seed=int(first["seed"]),
+                inputs=[],
+                findings=findings[:8] + [i.to_dict() for i in ctx.incidents[:4]],
+                replay=ctx.replay(str(first["gate"])),
             ),
             evidence=evidence,
         )

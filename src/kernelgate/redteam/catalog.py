@@ -30,6 +30,7 @@ class Entry:
     defect: str = ""  # one line: what is wrong ("" for a control)
     intended_gates: tuple[str, ...] = ()
     device_only: str | None = None  # why the interpreter cannot judge it, or None
+    cpu_only: str | None = None  # why only the interpreter's access trace can, or None
 
     @property
     def reference_path(self) -> Path:
@@ -50,8 +51,9 @@ def _d(
     defect: str,
     gates: tuple[str, ...],
     device_only: str | None = None,
+    cpu_only: str | None = None,
 ) -> Entry:
-    return Entry(name, reference, f"defects/{name}.py", defect, gates, device_only)
+    return Entry(name, reference, f"defects/{name}.py", defect, gates, device_only, cpu_only)
 
 
 def _c(
@@ -171,7 +173,33 @@ DEFECTS: tuple[Entry, ...] = (
         "row_sum",
         "non-atomic load-add-store of partial sums from several programs into one output",
         ("ORD-02", "CMP-01", "RES-01"),
-        SEQUENTIAL,
+    ),
+    # issue 24, part 3: what only the interpreter's access trace (RES-01) sees in CPU mode
+    _d(
+        "oob_tail_read",
+        "relu",
+        "load without the tail mask its store has: the last block reads past the input",
+        ("RES-01",),
+        cpu_only=(
+            "the lanes past the input read its guard band, inside the allocation, and are "
+            "never stored: memcheck sees no error and every value is right"
+        ),
+    ),
+    _d(
+        "tile_overlap_race",
+        "relu",
+        "store mask off by one: each program also writes the next block's first element",
+        ("RES-01", "CMP-01", "ORD-02"),
+    ),
+    _d(
+        "uninitialised_scratch_read",
+        "row_sum",
+        "second pass loads every slot of a torch.empty scratch, half of them never written",
+        ("RES-01",),
+        cpu_only=(
+            "the worker fills every allocation with poison, so initcheck sees the unwritten "
+            "slots as initialised, and tl.where discards them: every value is right"
+        ),
     ),
     _d(
         "dropped_scale",
@@ -429,6 +457,9 @@ CONTROLS: tuple[Entry, ...] = (
     _c("topk", "topk"),
     _c("w4a16_linear", "w4a16_linear"),
     _c("fp8_linear", "fp8_linear"),
+    # issue 24, part 3: atomics and scratch the access trace must not reject
+    _c("atomic_row_sum", "row_sum"),
+    _c("scratch_two_pass", "row_sum"),
     _c("causal_attention", "causal_attention", device_only=INTERPRETER_BF16),
 )
 

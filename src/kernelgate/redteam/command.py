@@ -18,6 +18,7 @@ from kernelgate.progress import work_progress
 from kernelgate.redteam.catalog import entries
 from kernelgate.redteam.runner import (
     CAUGHT,
+    CPU_ONLY,
     DEVICE_ONLY,
     ERROR,
     OTHER_GATE,
@@ -32,6 +33,7 @@ OUTCOME_STYLE = {
     OTHER_GATE: "yellow",
     PASSED: "bold red",
     DEVICE_ONLY: "cyan",
+    CPU_ONLY: "cyan",
     ERROR: "bold red",
     "rejected": "bold red",
 }
@@ -47,7 +49,7 @@ def print_calibration(cal: Calibration, console: Console) -> None:
     for column in ("defect", "intended", "rejected by", "outcome", "seconds"):
         table.add_column(column, overflow="fold")
     for r in cal.defects:
-        detail = r.detail if r.outcome in (DEVICE_ONLY, ERROR) else ""
+        detail = r.detail if r.outcome in (DEVICE_ONLY, CPU_ONLY, ERROR) else ""
         table.add_row(
             r.name,
             ", ".join(r.intended_gates),
@@ -75,14 +77,14 @@ def print_calibration(cal: Calibration, console: Console) -> None:
     matrix.add_column("rejected by an intended gate", justify="right")
     matrix.add_column("rejected only by another gate", justify="right")
     matrix.add_column("passed", justify="right")
-    matrix.add_column("not run (device-only / error)", justify="right")
+    matrix.add_column("not run (device-only, cpu-only / error)", justify="right")
     confusion = cal.confusion()
     matrix.add_row(
         f"defective ({len(cal.defects)})",
         str(len(confusion[CAUGHT])),
         str(len(confusion[OTHER_GATE])),
         str(len(confusion[PASSED])),
-        f"{len(confusion[DEVICE_ONLY])} / {len(confusion[ERROR])}",
+        f"{len(confusion[DEVICE_ONLY]) + len(confusion[CPU_ONLY])} / {len(confusion[ERROR])}",
     )
     rejected = [r for r in cal.controls if r.outcome == "rejected"]
     errored = [r for r in cal.controls if r.outcome == ERROR]

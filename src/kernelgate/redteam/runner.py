@@ -26,6 +26,10 @@ CAUGHT = "rejected by an intended gate"
 OTHER_GATE = "rejected only by another gate"
 PASSED = "passed"
 DEVICE_ONLY = "device-only"
+# Only the interpreter's access trace sees it (RES-01 in CPU mode): on a device the access
+# stays inside memory the judge owns and poisoned, where no device tool reports it.
+CPU_ONLY = "cpu-only"
+NOT_RUN = (DEVICE_ONLY, CPU_ONLY)  # entries this kind of machine cannot judge
 ERROR = "harness error"
 REASON_CHARS = 300  # of each failing gate's reason kept in a result
 
@@ -48,8 +52,8 @@ class EntryResult:
 
     @property
     def outcome(self) -> str:
-        if self.verdict == DEVICE_ONLY:
-            return DEVICE_ONLY
+        if self.verdict in NOT_RUN:
+            return self.verdict
         if self.verdict == "error":
             return ERROR
         if self.control:
@@ -111,6 +115,9 @@ def run_entry(
     if entry.device_only and device == "cpu":
         result.verdict, result.detail = DEVICE_ONLY, entry.device_only
         return result
+    if entry.cpu_only and device != "cpu":
+        result.verdict, result.detail = CPU_ONLY, entry.cpu_only
+        return result
     started = time.monotonic()
     try:
         only = list(entry.intended_gates) if intended_only and not entry.is_control else None
@@ -152,8 +159,8 @@ class Calibration:
         """Every run defect caught by an intended gate, no control rejected, no harness error.
 
         A device-only entry, defect or control, was not run: it neither passes nor fails."""
-        return all(r.outcome in (CAUGHT, DEVICE_ONLY) for r in self.defects) and all(
-            r.outcome in (PASSED, DEVICE_ONLY) for r in self.controls
+        return all(r.outcome in (CAUGHT, *NOT_RUN) for r in self.defects) and all(
+            r.outcome in (PASSED, *NOT_RUN) for r in self.controls
         )
 
     def confusion(self) -> dict[str, list[str]]:
@@ -162,6 +169,7 @@ class Calibration:
             OTHER_GATE: [],
             PASSED: [],
             DEVICE_ONLY: [],
+            CPU_ONLY: [],
             ERROR: [],
         }
         for r in self.defects:
@@ -227,7 +235,7 @@ class Calibration:
         return dict(sorted(models.items()))
 
     def times(self) -> dict[str, Any]:
-        ran = [r for r in self.results if r.verdict not in (DEVICE_ONLY,)]
+        ran = [r for r in self.results if r.verdict not in NOT_RUN]
         if not ran:
             return {"median_s": None, "worst_s": None, "worst": None, "total_s": self.seconds}
         worst = max(ran, key=lambda r: r.seconds)

@@ -29,6 +29,7 @@ import kernelgate
 from kernelgate import bytecode
 from kernelgate.errors import CandidateBuildError, CandidateLoadError
 from kernelgate.sandbox import confine, cuda_ipc, wire
+from kernelgate.sandbox.access_trace import trace_enabled_by_default
 from kernelgate.sandbox.clocks import ChoicePoint, parse_choice_points
 from kernelgate.sandbox.compile_budget import (
     BUILD_EVENT,
@@ -59,6 +60,8 @@ class CallResult:
     inputs_after: list[wire.WireTensor]
     allocations: list[tuple[wire.WireTensor, int, int]]  # (storage, guard, extent)
     seconds: float
+    # the interpreter's access trace of this call (sandbox/access_trace.py), or None
+    access: dict[str, Any] | None = None
 
 
 @dataclass
@@ -89,6 +92,9 @@ class WorkerSession:
     # choices; CMP-01's fresh instances lie ("faster", "slower", "random:<seed>") or force
     # autotune configs ("config:<i>"); None installs nothing.
     clock_mode: str | None = "real"
+    # Trace the interpreter's loads and stores (RES-01 in CPU mode, sandbox/access_trace.py);
+    # off with KERNELGATE_ACCESS_TRACE=0 (``--no-access-trace``).
+    access_trace: bool = field(default_factory=trace_enabled_by_default)
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _to_worker: int = -1
     _from_worker: int = -1
@@ -488,6 +494,7 @@ class WorkerSession:
             "hold_bytes": hold_bytes,
             "reuse_inputs": reuse_inputs,
             "side_effects": side_effects,
+            "access_trace": self.access_trace,
         }
         if self._keep_as is not None:
             header["keep_as"] = self._keep_as
@@ -521,7 +528,10 @@ class WorkerSession:
         if isinstance(kernels, list):
             self.kernels.extend(k for k in kernels if isinstance(k, dict))
         merge_uses(self.forbidden_uses, parse_uses(reply.get("forbidden")))
-        return CallResult(outputs, after, allocations, seconds)
+        access = reply.get("access")
+        return CallResult(
+            outputs, after, allocations, seconds, access if isinstance(access, dict) else None
+        )
 
     # -- performance (perf/) ----------------------------------------------------------------
     def perf(

@@ -24,6 +24,7 @@ import torch  # noqa: E402
 from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E402
 from kernelgate.perf import timing as perf_timing  # noqa: E402  (binds its clocks now)
 from kernelgate.sandbox import cuda_ipc, wire  # noqa: E402
+from kernelgate.sandbox.access_trace import AccessTrace  # noqa: E402
 from kernelgate.sandbox.builds import remember_failed_builds, report_builds  # noqa: E402
 from kernelgate.sandbox.clocks import ClockMode, Clocks  # noqa: E402
 from kernelgate.sandbox.forbidden_watch import ForbiddenWatch  # noqa: E402
@@ -56,6 +57,7 @@ class Worker:
         self.held: torch.Tensor | None = None
         self.previous_storages: list[torch.Tensor] = []
         self.recorder = LaunchRecorder()  # kernels launched, for RES-02
+        self.access_trace = AccessTrace()  # the interpreter's loads and stores, for RES-01
         self.side_streams = SideStreamDelay()  # makes unjoined side-stream work visible
         self.candidate_path = ""
         self.compiler: CompileServer | None = None  # RES-02 offline compiles (CPU mode)
@@ -162,6 +164,10 @@ class Worker:
             if interpreter and "triton" not in sys.modules:  # must fork before Triton loads
                 self.compiler = CompileServer(close_fds=(self.fd_in, self.fd_out))
             self.recorder.install(interpreter=interpreter)
+            if interpreter and self.device.type == "cpu":  # before the candidate's import
+                self.access_trace.install()
+            else:
+                self.access_trace.skipped = "not under the Triton interpreter (CPU mode only)"
             remember_failed_builds()  # a build that failed in an earlier worker fails at once
             # builds tell the judge they run, so that it charges them to the compile budget
             fd_out = self.fd_out
@@ -288,9 +294,14 @@ class Worker:
             poison, guard = int(header["poison"]), int(header["guard_bytes"])
             flood_device_cache(self.device, FLOOD_BYTES, poison)
             out_blobs: list[bytes] = []
+            traced = bool(header.get("access_trace", False))
             with self.side_streams.call(self.device):
-                watched = self.watch.watching("call")
-                with _no_grad(), self.allocator.active(poison, guard), watched:
+                with (
+                    _no_grad(),
+                    self.allocator.active(poison, guard),
+                    self.access_trace.call(traced, inputs, self.allocator),
+                    self.watch.watching("call"),
+                ):
                     outputs = self.model(*inputs)
                 # What the caller's next kernel would see: the outputs read in stream order,
                 # before the device is synchronised (see streams.py).
@@ -307,6 +318,7 @@ class Worker:
             self._fail("call", exc)
             return
         reply: dict[str, Any] = {"ok": True, "outputs": encoded}
+        reply["access"] = self.access_trace.report(traced)
         try:
             reply["kernels"] = self.recorder.drain()
             reply["forbidden"] = self.watch.drain()
