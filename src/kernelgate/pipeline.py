@@ -29,6 +29,7 @@ from kernelgate.gates.base import GateContext, GateResult, run_gate
 from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
 from kernelgate.sandbox import confine
+from kernelgate.sandbox.authorship import authorship_evidence, authorship_rule, parse_min_share
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
 from kernelgate.sandbox.wire import UnsupportedDtype
@@ -90,6 +91,7 @@ def verify(
     session: WorkerSession | None = None,
     forbid: Sequence[str] = (),
     hard_static: Sequence[str] = (),
+    min_authored_share: float | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -116,9 +118,16 @@ def verify(
     ``hard_static``: static rules whose findings reject, on top of the contract's
     ``rules.hard_static``. The static layer reads the candidate's files before the worker
     loads it (``static_evidence``); its findings and the rules go into the verdict.
+    ``min_authored_share``: AUTH-01 in force with this minimum share of device time in the
+    candidate's own kernels (sandbox/authorship.py); None: the rule is off (the verdict's
+    ``authorship`` evidence is measured all the same).
     """
     started = time.monotonic()
     device = resolve_device(device)
+    try:
+        min_authored_share = parse_min_share(min_authored_share)
+    except ValueError as exc:
+        raise KernelgateError(str(exc)) from None
     unknown = set(only or ()) - set(GATE_IDS)
     if unknown:
         raise KernelgateError(
@@ -169,6 +178,8 @@ def verify(
         replay += ["--hard-static", rule_id]
     if sanitize:
         replay.append("--sanitize")
+    if min_authored_share is not None:
+        replay += ["--min-authored-share", str(min_authored_share)]
     try:
         results: list[GateResult] = []
         with session:
@@ -214,6 +225,12 @@ def verify(
         # A derived contract checked the reference's inputs and outputs; a contract given
         # by hand did not, and the first encoding of such a value (a gate's) lands here.
         raise UnsupportedDtypeError(f"a value of the reference: {exc}") from None
+    authorship = authorship_evidence(
+        ctx.authorship_record,
+        ctx.authorship_why or "no second plain call of the main instance was made",
+    )
+    if min_authored_share is not None:
+        rules = [*rules, authorship_rule(authorship, min_authored_share)]
     outcome, skipped = combine(results, rules)
     narrowed_to = (
         narrowed_domain(contract, results) if outcome is Outcome.NARROWED else None
@@ -239,6 +256,7 @@ def verify(
         compile=compile_evidence(session, ctx.fresh_compile_paid),
         static=findings,
         rules=rules,
+        authorship=authorship,
     )
 
 

@@ -44,6 +44,9 @@ class Verdict(Serializable):
     # with status fail rejects the verdict while the gates' results stay as they are.
     static: list[Finding] = field(default_factory=list)
     rules: list[RuleResult] = field(default_factory=list)
+    # AUTH-01's evidence (sandbox/authorship.py): {authored_share, kernels: [{name, authored,
+    # device_time_s, launches}], how}, or authored_share None and ``why`` it was not measured
+    authorship: dict[str, Any] | None = None
     schema: str = VERDICT_SCHEMA
 
     @property

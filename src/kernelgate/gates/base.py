@@ -246,6 +246,12 @@ class GateContext:
         self.isolations: list[dict[str, Any]] = []
         # what each fresh instance spent on building (``WorkerSession.compile_paid``)
         self.fresh_compile_paid: list[dict[str, Any]] = []
+        # AUTH-01 (sandbox/authorship.py): profile one warm, plain call of the main instance
+        # (the first after its first call, whichever gate makes it): the worker's raw record,
+        # or why there is none. False: not measured at all.
+        self.authorship_wanted = True
+        self.authorship_record: Any = None
+        self.authorship_why: str | None = None
 
     # -- cases ----------------------------------------------------------------------------
     def case_seed(self, gate_id: str, index: int) -> int:
@@ -757,7 +763,23 @@ class GateContext:
         plain = place is None and not (hold_bytes or reuse_inputs) and case.init_inputs is None
         if session is self.session and session.calls_since_start == 1 and plain:
             self._keep_first_call(run)
+        if session is self.session and session.calls_since_start >= 2 and plain:
+            self._profile_authorship(case, wire_inputs)
         return run
+
+    def _profile_authorship(self, case: Case, wire_inputs: list[Any]) -> None:
+        """Profile the candidate once on a case it has just answered (warm: compiled and
+        autotuned by its first call), if no call was profiled yet. Not a gate's call: a
+        failure here is the measurement's, said in ``authorship_why``, never an incident."""
+        if not self.authorship_wanted or self.authorship_record is not None:
+            return
+        self.authorship_wanted = False  # once, whatever happens
+        try:
+            with self.step("authorship profile", case):
+                self.authorship_record = self.session.profile_authorship(wire_inputs)
+            self.authorship_why = None
+        except (ExecutionIncident, CandidateLoadError) as exc:
+            self.authorship_why = f"the profiled call failed: {str(exc)[:300]}"
 
     def _keep_first_call(self, run: Run) -> None:
         """Keep the main worker's first call (see ``first_call``) where it is small enough."""

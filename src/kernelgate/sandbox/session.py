@@ -495,6 +495,29 @@ class WorkerSession:
             self.kernels.extend(k for k in kernels if isinstance(k, dict))
         return CallResult(outputs, after, allocations, seconds)
 
+    def profile_authorship(self, inputs: list[Any]) -> Any:
+        """The worker's authorship record of one more call on ``inputs`` (AUTH-01): raw,
+        untrusted data for ``authorship.authorship_evidence``. Not counted as a call (no
+        gate judges it); a failure raises ExecutionIncident as a call's would."""
+        if not self.alive:
+            self.start()
+        blobs: list[bytes] = []
+        staging = cuda_ipc.Exports(torch.device(self.device))
+        header = {
+            "op": "authorship",
+            "inputs": wire.encode_value(inputs, blobs, carry=self._staging_carry(staging)),
+            "data_path": self.data_path,
+        }
+        try:
+            reply, _ = self._building_exchange(header, blobs, op="authorship")
+        finally:
+            staging.release()
+        if not reply.get("ok"):
+            self._raise_if_build_failed(reply, "the profiled call")
+            kind = "device-fault" if reply.get("device_fault") else "exception"
+            raise ExecutionIncident(kind, str(reply.get("error")), str(reply.get("traceback", "")))
+        return reply.get("authorship")
+
     # -- outputs kept across calls (ORD-02) -----------------------------------------------
     @contextlib.contextmanager
     def keeping_outputs(self, name: str) -> Iterator[None]:

@@ -23,6 +23,7 @@ import torch  # noqa: E402
 
 from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E402
 from kernelgate.sandbox import cuda_ipc, wire  # noqa: E402
+from kernelgate.sandbox.authorship import AuthorshipProbe  # noqa: E402
 from kernelgate.sandbox.builds import remember_failed_builds, report_builds  # noqa: E402
 from kernelgate.sandbox.clocks import ClockMode, Clocks  # noqa: E402
 from kernelgate.sandbox.poison import PoisonAllocator, flood_device_cache  # noqa: E402
@@ -53,6 +54,7 @@ class Worker:
         self.held: torch.Tensor | None = None
         self.previous_storages: list[torch.Tensor] = []
         self.recorder = LaunchRecorder()  # kernels launched, for RES-02
+        self.authorship = AuthorshipProbe()  # authored vs library kernels, for AUTH-01
         self.side_streams = SideStreamDelay()  # makes unjoined side-stream work visible
         self.candidate_path = ""
         self.compiler: CompileServer | None = None  # RES-02 offline compiles (CPU mode)
@@ -83,6 +85,7 @@ class Worker:
                 "kept": self.kept_outputs,
                 "choices": self.choices,
                 "ipc": self.ipc_probe,
+                "authorship": self.profile_authorship,
             }.get(op)
             if handler is None:
                 _send(self.fd_out, {"ok": False, "error": f"unknown op {op!r}"})
@@ -151,6 +154,7 @@ class Worker:
             if interpreter and "triton" not in sys.modules:  # must fork before Triton loads
                 self.compiler = CompileServer(close_fds=(self.fd_in, self.fd_out))
             self.recorder.install(interpreter=interpreter)
+            self.authorship.install(header["candidate"], interpreter)  # on top of the recorder
             remember_failed_builds()  # a build that failed in an earlier worker fails at once
             # builds tell the judge they run, so that it charges them to the compile budget
             fd_out = self.fd_out
@@ -246,6 +250,32 @@ class Worker:
             else inputs[i]
             for i, v in enumerate(sent)
         ]
+
+    def profile_authorship(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        """Run the candidate once more on the inputs sent, under the profiler, and answer
+        with the kernels it launched and their device time (AUTH-01, sandbox/authorship.py).
+
+        Not a judged call: no outputs go back, nothing is poisoned or kept, and the device is
+        synchronised before the profiler stops (so the call's own kernels are all in the
+        trace, and none of the harness's copies are)."""
+        try:
+            read = _Mappings(self.device, keep=0).read if self.device.type == "cuda" else None
+            sent = wire.decode_value(header["inputs"], blobs, read)
+            inputs = [_materialize(v, self.device) for v in sent]
+            device = self.device
+
+            def one_call() -> None:
+                with _no_grad():
+                    self.model(*inputs)
+                if device.type == "cuda":
+                    _synchronize(device)
+
+            extensions = [r["path"] for r in self.recorder.extensions()]
+            record = self.authorship.measure(one_call, device.type, extensions)
+        except BaseException as exc:
+            self._fail("authorship", exc)
+            return
+        _send(self.fd_out, {"ok": True, "authorship": record})
 
     def call(self, header: dict[str, Any], blobs: list[bytes]) -> None:
         keep_as = header.get("keep_as")
