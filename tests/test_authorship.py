@@ -267,3 +267,33 @@ def test_the_audit_summary_counts_a_histogram_and_auth01_failures() -> None:
     assert summary["below_half"] == 2 and summary["auth01_failed"] == 2
     table = dict(authorship_rows({"authorship": summary}))
     assert table["rejected by AUTH-01"] == "2" and table["median share"] == "33.5%"
+
+
+def test_an_audit_applies_the_rule_and_reports_the_share(tmp_path: Path) -> None:
+    """A pairs corpus (the rule off by default) audited with --min-authored-share: the eager
+    port's row fails AUTH-01 with its share, the report counts it, and a resume must keep
+    the option."""
+    import sqlite3
+
+    from .conftest import audit_command
+
+    corpus = tmp_path / "corpus" / "eager"
+    corpus.mkdir(parents=True)
+    (corpus / "reference.py").write_text(SOFTMAX_REFERENCE.read_text())
+    (corpus / "candidate.py").write_text((HERE / "eager_softmax.py").read_text())
+    out = tmp_path / "out"
+    command = audit_command(corpus.parent, out, "--only", "CMP-01", "--workers", "1")
+    result = kernelgate(*command, "--min-authored-share", "0.5")
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(out / "audit.sqlite") as db:
+        (data,) = db.execute("SELECT data FROM rows").fetchone()
+    row = json.loads(data)
+    assert row["verdict"] == "rejected" and row["failed_rules"] == ["AUTH-01"]
+    assert row["authored_share"] == 0.0 and row["failed_gates"] == []
+    assert "--min-authored-share 0.5" in row["replay"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["authorship"]["auth01_failed"] == 1
+    assert summary["authorship"]["histogram"]["0.0-0.1"] == 1
+    assert "Authored share of device time" in (out / "report.md").read_text()
+    other = kernelgate(*command, "--resume")  # without the option: other settings
+    assert other.returncode == 2 and "other settings" in other.stderr
