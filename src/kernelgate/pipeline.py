@@ -218,6 +218,7 @@ def verify(
                     results.append(result)
                     if on_gate is not None:
                         on_gate(gate.id, result)
+                ctx.profile_authorship()  # AUTH-01's measure, after every judged call
             finally:
                 ctx.close_spare()  # a prefetched worker no gate took
                 settle_retired_workers()  # fresh instances told to exit: gone before the verdict
@@ -225,10 +226,7 @@ def verify(
         # A derived contract checked the reference's inputs and outputs; a contract given
         # by hand did not, and the first encoding of such a value (a gate's) lands here.
         raise UnsupportedDtypeError(f"a value of the reference: {exc}") from None
-    authorship = authorship_evidence(
-        ctx.authorship_record,
-        ctx.authorship_why or "no second plain call of the main instance was made",
-    )
+    authorship = authorship_evidence(ctx.authorship_record, ctx.authorship_why)
     if min_authored_share is not None:
         rules = [*rules, authorship_rule(authorship, min_authored_share)]
     outcome, skipped = combine(results, rules)
