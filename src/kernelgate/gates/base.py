@@ -774,6 +774,7 @@ class GateContext:
             self.authorship_why = f"not profiled: {self.halted}"
             return
         case = self.admit(self.drawn_case("authorship", self.case_seed("AUTH-01", 0)))
+        self.gate_id = "AUTH-01"  # for the trace
         try:
             self.session.use_init(None, None)  # the model as the reference's sizes build it
             with self.step("authorship profile", case):

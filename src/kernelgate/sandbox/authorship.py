@@ -161,18 +161,19 @@ class AuthorshipProbe:
         ``call`` must end with the device synchronised, so every kernel it queued is in the
         trace. ``extensions``: shared objects of the candidate's torch extensions.
         """
-        from torch.profiler import ProfilerActivity, profile
+        # autograd's profiler, not torch.profiler.profile: the latter imports torch._inductor
+        # on start (``hasattr(torch, "_inductor")``), 2 to 10 s of every worker it profiles in
+        from torch.autograd.profiler import profile
 
         cuda = device_type == "cuda" and not self.interpreter
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         self.launches = Counter()
-        with profile(activities=activities) as prof:
+        with profile(use_kineto=True, use_device="cuda" if cuda else None) as prof:
             self.profiling = True
             try:
                 call()
             finally:
                 self.profiling = False
-        events = list(prof.events())
+        events = list(prof.function_events)
         if cuda:
             declared = extension_kernel_names(extensions)
             kernels = self._device_kernels(events, declared)
@@ -227,7 +228,7 @@ class AuthorshipProbe:
 
 @contextlib.contextmanager
 def _record_function(label: str) -> Any:
-    from torch.profiler import record_function
+    from torch.autograd.profiler import record_function
 
     with record_function(label):
         yield
