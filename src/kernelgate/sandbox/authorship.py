@@ -166,6 +166,14 @@ class AuthorshipProbe:
         from torch.autograd.profiler import profile
 
         cuda = device_type == "cuda" and not self.interpreter
+        if cuda:
+            from torch.autograd.profiler import _supported_activities
+            from torch.profiler import ProfilerActivity
+
+            if ProfilerActivity.CUDA not in _supported_activities():
+                # autograd's profiler would fall back to CPU-side timing: no device events,
+                # which would read as "no kernel of its own"
+                raise RuntimeError("this torch's Kineto has no CUDA activity (no CUPTI)")
         self.launches = Counter()
         with profile(use_kineto=True, use_device="cuda" if cuda else None) as prof:
             self.profiling = True
@@ -207,6 +215,11 @@ class AuthorshipProbe:
         from torch.autograd import DeviceType
 
         device_events = [e for e in events if getattr(e, "device_type", None) == DeviceType.CUDA]
+        if not device_events and sum(self.launches.values()):
+            raise RuntimeError(
+                f"the trace holds no device event, but the call launched "
+                f"{sum(self.launches.values())} authored Triton kernel(s)"
+            )
         seen: Counter[str] = Counter(str(e.name) for e in device_events)
         found: list[dict[str, Any]] = []
         for event in device_events:
