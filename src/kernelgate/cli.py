@@ -58,6 +58,23 @@ PERF_TRIALS_HELP = (
 )
 PerfTrialsOption = Annotated[int, typer.Option("--perf-trials", min=0, help=PERF_TRIALS_HELP)]
 BenchTrialsOption = Annotated[int, typer.Option("--trials", min=0, help=PERF_TRIALS_HELP)]
+MinAuthoredShareOption = Annotated[
+    float | None,
+    typer.Option(
+        "--min-authored-share",
+        min=0.0,
+        max=1.0,
+        help="AUTH-01: the least share of the candidate call's device time that must run in "
+        "kernels the candidate wrote (0.5 by default for kernel-writing corpora; docs/rules.md)",
+    ),
+]
+NoAuthorshipRuleOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-authorship-rule",
+        help="turn AUTH-01 off (its authorship evidence is still measured)",
+    ),
+]
 CompileTimeoutOption = Annotated[
     float,
     typer.Option(
@@ -189,6 +206,8 @@ def verify_command(
         ),
     ] = False,
     perf_trials: PerfTrialsOption = 0,
+    min_authored_share: MinAuthoredShareOption = None,
+    no_authorship_rule: NoAuthorshipRuleOption = False,
 ) -> None:
     """Verify CANDIDATE against REFERENCE and print the gates and the verdict (with --json,
     the evidence's SHA-256 too: `sha256sum FILE` must print the same; docs/security.md)."""
@@ -226,6 +245,8 @@ def verify_command(
             strict=strict,
             problem=problem,
             perf=PerfOptions(trials=perf_trials) if perf else None,
+            # off unless asked: a plain pair need not be a kernel-writing task
+            min_authored_share=None if no_authorship_rule else min_authored_share,
         )
     # Every worker of the verification, and whatever its candidate left running, is gone
     # now (``worker_tree_settled``): nothing of the candidate's can rewrite the evidence.
@@ -234,6 +255,7 @@ def verify_command(
         print_perf(verdict.perf)
     for line in static_lines(verdict):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    console.print(authorship_line(verdict), highlight=False, markup=False, soft_wrap=True)
     digest = write_evidence(json_out, verdict.to_json(), settled) if json_out else None
     style = VERDICT_STYLE[verdict.verdict]
     failed = ", ".join(verdict.failed_gates + verdict.failed_rules)
@@ -374,6 +396,15 @@ def static_lines(verdict: Verdict) -> list[str]:
         if r.status is Status.FAIL
     ]
     return lines
+
+
+def authorship_line(verdict: Verdict) -> str:
+    """One line: the share of device time in the candidate's own kernels (AUTH-01)."""
+    evidence = verdict.authorship or {}
+    share = evidence.get("authored_share")
+    if share is None:
+        return f"authorship: not measured ({evidence.get('why', 'no profiled call')})"
+    return f"authorship: {share:.1%} of device time in authored kernels ({evidence.get('how')})"
 
 
 def write_evidence(path: Path, text: str, settled: SettledTree) -> str:
@@ -534,6 +565,8 @@ def audit_command(
             f"a full verdict ({', '.join(GATE_IDS)})",
         ),
     ] = None,
+    min_authored_share: MinAuthoredShareOption = None,
+    no_authorship_rule: NoAuthorshipRuleOption = False,
     host_memory: Annotated[
         float | None,
         typer.Option(
@@ -567,6 +600,8 @@ def audit_command(
         compile_timeout=compile_timeout,
         host_memory=host_memory,
         only=only,
+        min_authored_share=min_authored_share,
+        authorship_rule=not no_authorship_rule,
         console=console,
         errors=errors,
     )

@@ -38,6 +38,7 @@ from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
 from kernelgate.perf.measure import PerfOptions, PerfReport, PerfRun
 from kernelgate.sandbox import confine
+from kernelgate.sandbox.authorship import authorship_evidence, authorship_rule, parse_min_share
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
 from kernelgate.sandbox.wire import UnsupportedDtype
@@ -109,6 +110,7 @@ def verify(
     strict: bool = False,
     problem: Problem | None = None,
     perf: PerfOptions | None = None,
+    min_authored_share: float | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -143,9 +145,16 @@ def verify(
     shape after the gates.
     ``perf``: after the gates, time the candidate against the reference (perf/measure.py);
     the verdict's ``perf`` holds the report, a "verified speedup" only where the verdict holds.
+    ``min_authored_share``: AUTH-01 in force with this minimum share of device time in the
+    candidate's own kernels (sandbox/authorship.py); None: the rule is off (the verdict's
+    ``authorship`` evidence is measured all the same).
     """
     started = time.monotonic()
     device = resolve_device(device)
+    try:
+        min_authored_share = parse_min_share(min_authored_share)
+    except ValueError as exc:
+        raise KernelgateError(str(exc)) from None
     unknown = set(only or ()) - set(GATE_IDS)
     if unknown:
         raise KernelgateError(
@@ -211,6 +220,8 @@ def verify(
     perf_report: Any = None
     if not session.access_trace:  # RES-01 in CPU mode judged without the access trace
         replay.append("--no-access-trace")
+    if min_authored_share is not None:
+        replay += ["--min-authored-share", str(min_authored_share)]
     try:
         results: list[GateResult] = []
         with session:
@@ -251,6 +262,7 @@ def verify(
                         on_gate(gate.id, result)
                 if problem is not None:  # every declared shape: a failure rejects
                     rules.append(judge_declared_shapes(ctx, problem))
+                ctx.profile_authorship()  # AUTH-01's measure, after every judged call
                 if perf is not None:
                     perf_report = performance(ctx, reference, perf, contract, results, rules)
             finally:
@@ -261,6 +273,9 @@ def verify(
         # by hand did not, and the first encoding of such a value (a gate's) lands here.
         raise UnsupportedDtypeError(f"a value of the reference: {exc}") from None
     rules = with_dynamic_uses(rules, session.forbidden_uses)
+    authorship = authorship_evidence(ctx.authorship_record, ctx.authorship_why)
+    if min_authored_share is not None:
+        rules = [*rules, authorship_rule(authorship, min_authored_share)]
     outcome, skipped = combine(results, rules, strict=strict)
     narrowed_to = (
         narrowed_domain(contract, results) if outcome is Outcome.NARROWED else None
@@ -290,6 +305,7 @@ def verify(
         strict=strict,
         problem=problem.summary() if problem is not None else None,
         perf=None if perf_report is None else perf_report.to_dict(),
+        authorship=authorship,
     )
 
 

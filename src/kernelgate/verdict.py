@@ -54,6 +54,9 @@ class Verdict(Serializable):
     # ``verify --perf`` / ``bench``: the judge's timing against the reference (perf/measure.py,
     # docs/perf.md); None when not asked for
     perf: dict[str, Any] | None = None
+    # AUTH-01's evidence (sandbox/authorship.py): {authored_share, kernels: [{name, authored,
+    # device_time_s, launches}], how}, or authored_share None and ``why`` it was not measured
+    authorship: dict[str, Any] | None = None
     schema: str = VERDICT_SCHEMA
 
     @property

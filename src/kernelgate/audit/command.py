@@ -32,6 +32,8 @@ def resume_command(
     host_memory: float | None,
     only: Sequence[str] | None = None,
     compile_timeout: float = DEFAULT_COMPILE_TIMEOUT,
+    min_authored_share: float | None = None,
+    authorship_rule: bool = True,
 ) -> str:
     """The command that continues this audit: its options, with ``--resume``.
 
@@ -54,10 +56,13 @@ def resume_command(
         ("--compile-timeout", compile_timeout, DEFAULT_COMPILE_TIMEOUT),
         ("--host-memory", host_memory, None),
         ("--only", ",".join(only) if only else None, None),
+        ("--min-authored-share", min_authored_share, None),
     ]
     for option, value, default in optional:
         if value != default:
             words += [option, f"{value:g}" if isinstance(value, float) else str(value)]
+    if not authorship_rule:
+        words.append("--no-authorship-rule")
     return shlex.join([*words, "--resume"])
 
 
@@ -97,6 +102,8 @@ def audit_command_body(
     host_memory: float | None = None,
     only: Sequence[str] | None = None,
     compile_timeout: float = DEFAULT_COMPILE_TIMEOUT,
+    min_authored_share: float | None = None,
+    authorship_rule: bool = True,
     console: Console,
     errors: Console,
 ) -> None:
@@ -143,6 +150,8 @@ def audit_command_body(
                 timeout=timeout,
                 compile_timeout=compile_timeout,
                 only=selected,
+                min_authored_share=min_authored_share,
+                authorship_rule=authorship_rule,
                 host_memory_gib=host_memory,
                 on_plan=on_plan,
                 on_row=on_row,
@@ -162,6 +171,8 @@ def audit_command_body(
             host_memory=host_memory,
             only=selected,
             compile_timeout=compile_timeout,
+            min_authored_share=min_authored_share,
+            authorship_rule=authorship_rule,
         )
         errors.print(interrupted_line(stop, out, resume_with), highlight=False, soft_wrap=True)
         raise  # cli.main exits with stop.exit_code, at once (see there)

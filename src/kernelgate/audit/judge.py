@@ -79,6 +79,10 @@ class AuditOptions:
     # ``--only``: the gates each record's verification runs (None: all twelve). A partial
     # audit: every row says which gates it ran (``only``), and so does the report.
     only: tuple[str, ...] | None = None
+    # AUTH-01 (sandbox/authorship.py): the minimum authored share of every record (None:
+    # its format's default), or off altogether
+    min_authored_share: float | None = None
+    authorship_rule: bool = True
 
     def __post_init__(self) -> None:
         if self.only is not None:  # from request.json, a list: kept as a tuple (hashable)
@@ -88,6 +92,16 @@ class AuditOptions:
     def gates_selected(self) -> list[str] | None:
         """The ``--only`` selection as rows, keys and replays carry it (None: every gate)."""
         return list(self.only) if self.only else None
+
+    def min_share_for(self, corpus_format: str) -> float | None:
+        """AUTH-01's minimum for a record of ``corpus_format`` (None: the rule is off)."""
+        from kernelgate.sandbox.authorship import default_min_share
+
+        if not self.authorship_rule:
+            return None
+        if self.min_authored_share is not None:
+            return self.min_authored_share
+        return default_min_share(corpus_format)
 
     @property
     def record_limit(self) -> float:
@@ -184,6 +198,7 @@ def base_row(record: CorpusRecord) -> dict[str, Any]:
         # the static layer's rule ids (one per finding, sorted) and the rules that failed
         "static_findings": [],
         "failed_rules": [],
+        "authored_share": None,  # AUTH-01's measure, when the gates ran and it was taken
         "gates": [],
         "skipped": [],
         "contract": None,
@@ -549,6 +564,9 @@ def judge_record(
     replay = ["kernelgate", "verify", str(stated), str(candidate), "--device", options.device]
     for gate in only or ():  # a partial audit's verdict replays with the same selection
         replay += ["--only", gate]
+    min_share = options.min_share_for(record.format)
+    if min_share is not None:
+        replay += ["--min-authored-share", f"{min_share:g}"]
     row["replay"] = shlex.join(replay)
     try:
         backend = candidate_backend(candidate.read_text())
@@ -598,6 +616,7 @@ def judge_record(
                 scratch=scratch,
                 session=early,
                 problem=problem,
+                min_authored_share=min_share,
             )
         except CandidateLoadError as exc:
             row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
@@ -628,6 +647,8 @@ def judge_record(
             "failed_gates": verdict.failed_gates,
             "static_findings": sorted(f.rule for f in verdict.static),
             "failed_rules": verdict.failed_rules,
+            # AUTH-01's measure (None: not measured), for the report's histogram
+            "authored_share": (verdict.authorship or {}).get("authored_share"),
             "gates": [
                 {
                     "id": gate.id,

@@ -250,6 +250,7 @@ def summarize(
     old_compiled = [r for r in rows if r["old_check_detail"].get("compiled") is not None]
     unguarded = [r for r in rows if r.get("unguarded_precondition")]
     static = static_summary(rows)
+    authorship = authorship_summary(rows)
     return {
         "schema": SUMMARY_SCHEMA,
         "settings": settings,
@@ -308,6 +309,7 @@ def summarize(
         },
         "coverage": coverage,
         "static": static,
+        "authorship": authorship,
         # which kernelgate source (audit.judge.code_digest) judged how many rows; rows of
         # stores written before the digest was recorded count as "unrecorded"
         "judged_with": dict(Counter(str(r.get("judged_with", "unrecorded")) for r in rows)),
@@ -324,6 +326,7 @@ def summarize(
                 "failed_gates": r["failed_gates"],
                 "failed_rules": r.get("failed_rules", []),
                 "unguarded_precondition": r.get("unguarded_precondition", []),
+                "authored_share": r.get("authored_share"),
                 "reason": local(r.get("reason")),
                 "seconds": r["seconds"],
                 "replay": local(r.get("replay")),
@@ -458,6 +461,44 @@ def static_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for rule in ids
         },
     }
+
+
+AUTHORED_SHARE_BINS = 10  # the histogram's bins over [0, 1]
+
+
+def authorship_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The authored share of device time over the records whose gates ran: a histogram
+    (tenths, the last bin closed), how many were not measured, and AUTH-01's failures."""
+    judged = [r for r in rows if r.get("stage") == "gates"]
+    shares = [float(r["authored_share"]) for r in judged if r.get("authored_share") is not None]
+    bins = [0] * AUTHORED_SHARE_BINS
+    for share in shares:
+        bins[min(int(share * AUTHORED_SHARE_BINS), AUTHORED_SHARE_BINS - 1)] += 1
+    width = 1 / AUTHORED_SHARE_BINS
+    return {
+        "measured": len(shares),
+        "not_measured": len(judged) - len(shares),
+        "histogram": {
+            f"{i * width:.1f}-{(i + 1) * width:.1f}": count for i, count in enumerate(bins)
+        },
+        "median": statistics.median(shares) if shares else None,
+        "below_half": sum(1 for s in shares if s < 0.5),
+        "auth01_failed": sum(1 for r in judged if "AUTH-01" in r.get("failed_rules", [])),
+    }
+
+
+def authorship_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """The authorship table's rows: each bin of the histogram, then the totals."""
+    a = summary.get("authorship") or authorship_summary([])
+    rows = [[f"share {k}", str(v)] for k, v in a["histogram"].items()]
+    return [
+        *rows,
+        ["measured", str(a["measured"])],
+        ["not measured (no profiled call)", str(a["not_measured"])],
+        ["median share", _pct(a["median"])],
+        ["below 50%", str(a["below_half"])],
+        ["rejected by AUTH-01", str(a["auth01_failed"])],
+    ]
 
 
 def static_rows(summary: dict[str, Any]) -> list[list[str]]:
@@ -684,6 +725,11 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
                 if row.get("unguarded_precondition")
             ]
             or [["-", "-", "none"]],
+        ),
+        (
+            "Authored share of device time (AUTH-01; docs/rules.md)",
+            ["records", "count"],
+            authorship_rows(summary),
         ),
         (
             "Judged with (kernelgate source digest)",

@@ -168,6 +168,8 @@ def run_audit(
     seed: int = 0,
     only: Sequence[str] | None = None,
     host_memory_gib: float | None = None,
+    min_authored_share: float | None = None,
+    authorship_rule: bool = True,
     on_plan: Callable[[AuditPlan], None] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> AuditOutcome:
@@ -179,6 +181,10 @@ def run_audit(
     ``only`` runs just those gates on every record (``kernelgate audit --only``): a partial
     audit, which the store's settings, every row and the report say, and which a resume with
     another selection may not continue.
+
+    ``min_authored_share``: AUTH-01's minimum for every record (None: each format's default,
+    sandbox/authorship.py: 0.5 for kernel-writing formats, off for plain pairs);
+    ``authorship_rule`` False turns AUTH-01 off.
 
     SIGINT and SIGTERM (in the main thread) stop the audit within seconds and raise
     ``AuditInterrupted``: every stored row stays, the records being judged have none.
@@ -222,6 +228,8 @@ def run_audit(
             # the gates every row ran (None: all): a resume with another selection is refused
             "only": list(selected) if selected else None,
         }
+        if min_authored_share is not None or not authorship_rule:  # absent: the default
+            settings["authorship_rule"] = min_authored_share if authorship_rule else "off"
 
         def executor_of(size: int | None) -> Executor:
             made = make_executor(
@@ -257,6 +265,7 @@ def run_audit(
                 compile_timeout=compile_timeout,
                 seed=seed,
                 only=selected,
+                authorship=(min_authored_share, authorship_rule),
                 retry_errors=retry_errors,
                 rejudge=rejudge,
                 rejudge_records=rejudge_records,
@@ -304,6 +313,7 @@ def _judge_and_report(
     compile_timeout: float,
     seed: int,
     only: tuple[str, ...] | None,
+    authorship: tuple[float | None, bool] = (None, True),
     retry_errors: bool,
     rejudge: tuple[str, ...],
     rejudge_records: tuple[str, ...],
@@ -346,6 +356,8 @@ def _judge_and_report(
         compile_timeout=compile_timeout,
         seed=seed,
         only=only,
+        min_authored_share=authorship[0],
+        authorship_rule=authorship[1],
     )
     interruption.check()
     if todo:

@@ -254,6 +254,10 @@ class GateContext:
         self.isolations: list[dict[str, Any]] = []
         # what each fresh instance spent on building (``WorkerSession.compile_paid``)
         self.fresh_compile_paid: list[dict[str, Any]] = []
+        # AUTH-01 (sandbox/authorship.py): the worker's raw record of the profiled call
+        # (``profile_authorship``), or why there is none
+        self.authorship_record: Any = None
+        self.authorship_why: str | None = "no call was profiled"
 
     # -- cases ----------------------------------------------------------------------------
     def case_seed(self, gate_id: str, index: int) -> int:
@@ -815,6 +819,26 @@ class GateContext:
         if session is self.session and session.calls_since_start == 1 and plain:
             self._keep_first_call(run)
         return run
+
+    def profile_authorship(self) -> None:
+        """Profile one more call of the main instance, on CMP-01's first case drawn again
+        with a seed of its own, for AUTH-01 (sandbox/authorship.py). ``verify`` calls it once
+        the gates are done: the worker is warm (its kernels compiled and autotuned), and no
+        judged call comes after it, so a candidate whose state counts its calls is judged
+        exactly as without it. Not a gate's call: a failure is the measurement's, said in
+        ``authorship_why``, never an incident."""
+        if self.halted is not None:
+            self.authorship_why = f"not profiled: {self.halted}"
+            return
+        case = self.admit(self.drawn_case("authorship", self.case_seed("AUTH-01", 0)))
+        self.gate_id = "AUTH-01"  # for the trace
+        try:
+            self.session.use_init(None, None)  # the model as the reference's sizes build it
+            with self.step("authorship profile", case):
+                self.authorship_record = self.session.profile_authorship(list(case.values))
+            self.authorship_why = None
+        except (ExecutionIncident, CandidateLoadError) as exc:
+            self.authorship_why = f"the profiled call failed: {str(exc)[:300]}"
 
     def _keep_first_call(self, run: Run) -> None:
         """Keep the main worker's first call (see ``first_call``) where it is small enough."""

@@ -54,6 +54,11 @@ class ExecutionIncident(Exception):
         return f"{self.kind}: {self.detail}"
 
 
+# Seconds the profiled call of AUTH-01 may take beyond the call's timeout: starting
+# torch.profiler (Kineto, and CUPTI on a device) takes seconds the first time in a process.
+PROFILER_STARTUP_SECONDS = 30.0
+
+
 @dataclass
 class CallResult:
     outputs: Any  # decoded value: WireTensor, tuples/lists of them, or scalars
@@ -610,6 +615,32 @@ class WorkerSession:
                 raise
             raise CandidateBuildError(f"candidate {self.candidate}: {incident.detail}") from None
 
+    def profile_authorship(self, inputs: list[Any]) -> Any:
+        """The worker's authorship record of one more call on ``inputs`` (AUTH-01): raw,
+        untrusted data for ``authorship.authorship_evidence``. Not counted as a call (no
+        gate judges it); a failure raises ExecutionIncident as a call's would."""
+        if not self.alive:
+            self.start()
+        blobs: list[bytes] = []
+        staging = cuda_ipc.Exports(torch.device(self.device))
+        header = {
+            "op": "authorship",
+            "inputs": wire.encode_value(inputs, blobs, carry=self._staging_carry(staging)),
+            "data_path": self.data_path,
+        }
+        try:
+            # the profiler's start-up (Kineto, CUPTI) is the harness's time, not the call's
+            reply, _ = self._building_exchange(
+                header, blobs, op="authorship", extra_seconds=PROFILER_STARTUP_SECONDS
+            )
+        finally:
+            staging.release()
+        if not reply.get("ok"):
+            self._raise_if_build_failed(reply, "the profiled call")
+            kind = "device-fault" if reply.get("device_fault") else "exception"
+            raise ExecutionIncident(kind, str(reply.get("error")), str(reply.get("traceback", "")))
+        return reply.get("authorship")
+
     # -- outputs kept across calls (ORD-02) -----------------------------------------------
     @contextlib.contextmanager
     def keeping_outputs(self, name: str) -> Iterator[None]:
@@ -700,12 +731,20 @@ class WorkerSession:
             )
 
     def _building_exchange(
-        self, header: dict[str, Any], blobs: list[bytes], *, op: str, overflow: bool = False
+        self,
+        header: dict[str, Any],
+        blobs: list[bytes],
+        *,
+        op: str,
+        overflow: bool = False,
+        extra_seconds: float = 0.0,
     ) -> tuple[dict[str, Any], list[bytes]]:
         """``_exchange`` of a request that may build: a build that runs the compile budget
-        out is a ``CandidateBuildError`` (load stage), not an execution incident."""
+        out is a ``CandidateBuildError`` (load stage), not an execution incident.
+        ``extra_seconds``: on top of the call's ``timeout``, for work that is the harness's."""
         try:
-            return self._exchange(header, blobs, self.timeout, op=op, overflow=overflow)
+            timeout = self.timeout + extra_seconds
+            return self._exchange(header, blobs, timeout, op=op, overflow=overflow)
         except ExecutionIncident as incident:
             if incident.kind != "build-timeout":
                 raise

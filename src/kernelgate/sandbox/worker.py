@@ -25,6 +25,7 @@ from kernelgate.formats.kernelbench import KERNELBENCH_SEED, set_seed  # noqa: E
 from kernelgate.perf import timing as perf_timing  # noqa: E402  (binds its clocks now)
 from kernelgate.sandbox import cuda_ipc, wire  # noqa: E402
 from kernelgate.sandbox.access_trace import AccessTrace  # noqa: E402
+from kernelgate.sandbox.authorship import AuthorshipProbe  # noqa: E402
 from kernelgate.sandbox.builds import remember_failed_builds, report_builds  # noqa: E402
 from kernelgate.sandbox.clocks import ClockMode, Clocks  # noqa: E402
 from kernelgate.sandbox.forbidden_watch import ForbiddenWatch  # noqa: E402
@@ -58,6 +59,7 @@ class Worker:
         self.previous_storages: list[torch.Tensor] = []
         self.recorder = LaunchRecorder()  # kernels launched, for RES-02
         self.access_trace = AccessTrace()  # the interpreter's loads and stores, for RES-01
+        self.authorship = AuthorshipProbe()  # authored vs library kernels, for AUTH-01
         self.side_streams = SideStreamDelay()  # makes unjoined side-stream work visible
         self.candidate_path = ""
         self.compiler: CompileServer | None = None  # RES-02 offline compiles (CPU mode)
@@ -96,6 +98,7 @@ class Worker:
                 "ipc": self.ipc_probe,
                 "perf": self.perf,
                 "perf_outputs": self.perf_outputs,
+                "authorship": self.profile_authorship,
             }.get(op)
             if handler is None:
                 _send(self.fd_out, {"ok": False, "error": f"unknown op {op!r}"})
@@ -168,6 +171,7 @@ class Worker:
                 self.access_trace.install()
             else:
                 self.access_trace.skipped = "not under the Triton interpreter (CPU mode only)"
+            self.authorship.install(header["candidate"], interpreter)  # on top of the recorder
             remember_failed_builds()  # a build that failed in an earlier worker fails at once
             # builds tell the judge they run, so that it charges them to the compile budget
             fd_out = self.fd_out
@@ -273,6 +277,32 @@ class Worker:
             else inputs[i]
             for i, v in enumerate(sent)
         ]
+
+    def profile_authorship(self, header: dict[str, Any], blobs: list[bytes]) -> None:
+        """Run the candidate once more on the inputs sent, under the profiler, and answer
+        with the kernels it launched and their device time (AUTH-01, sandbox/authorship.py).
+
+        Not a judged call: no outputs go back, nothing is poisoned or kept, and the device is
+        synchronised before the profiler stops (so the call's own kernels are all in the
+        trace, and none of the harness's copies are)."""
+        try:
+            read = _Mappings(self.device, keep=0).read if self.device.type == "cuda" else None
+            sent = wire.decode_value(header["inputs"], blobs, read)
+            inputs = [_materialize(v, self.device) for v in sent]
+            device = self.device
+
+            def one_call() -> None:
+                with _no_grad():
+                    self.model(*inputs)
+                if device.type == "cuda":
+                    _synchronize(device)
+
+            extensions = [r["path"] for r in self.recorder.extensions()]
+            record = self.authorship.measure(one_call, device.type, extensions)
+        except BaseException as exc:
+            self._fail("authorship", exc)
+            return
+        _send(self.fd_out, {"ok": True, "authorship": record})
 
     def call(self, header: dict[str, Any], blobs: list[bytes]) -> None:
         keep_as = header.get("keep_as")
