@@ -6,6 +6,7 @@ that ``WorkerSession`` owns; what comes back is bytes, judged here.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -125,7 +126,8 @@ def verify(
             f"unknown gate(s) {', '.join(sorted(unknown))}; known: {', '.join(GATE_IDS)}"
         )
     program = load_reference(reference)
-    backend = candidate_backend(check_candidate_source(candidate))
+    candidate_source = check_candidate_source(candidate)
+    backend = candidate_backend(candidate_source)
     if backend == "cuda" and device == "cpu":
         raise KernelgateError(
             f"candidate {candidate} is a CUDA C++ extension and needs a GPU: "
@@ -239,6 +241,8 @@ def verify(
         compile=compile_evidence(session, ctx.fresh_compile_paid),
         static=findings,
         rules=rules,
+        reference_sha256=program.sha256,
+        candidate_sha256=hashlib.sha256(candidate_source.encode()).hexdigest(),
     )
 
 

@@ -44,6 +44,10 @@ class Verdict(Serializable):
     # with status fail rejects the verdict while the gates' results stay as they are.
     static: list[Finding] = field(default_factory=list)
     rules: list[RuleResult] = field(default_factory=list)
+    # SHA-256 of the two programs' text as judged: what a dispatcher (dispatch/) checks
+    # before it trusts this verdict for the programs it is handed.
+    reference_sha256: str | None = None
+    candidate_sha256: str | None = None
     schema: str = VERDICT_SCHEMA
 
     @property
