@@ -120,8 +120,8 @@ def guarded(
     data, where = read_evidence(evidence)
     device = torch.device(device)
     reference_module, reference_file, init_inputs = _reference(reference)
+    check_digest(data, where, "reference", reference_file)  # before the candidate is built
     candidate_module, candidate_file = _candidate(candidate, init_inputs)
-    check_digest(data, where, "reference", reference_file)
     check_digest(data, where, "candidate", candidate_file)
     outcome = data.get("verdict")
     domain = None
@@ -142,9 +142,7 @@ def guarded(
             f"the evidence {where} has verdict {outcome!r}; expected one of "
             "verified, narrowed, rejected"
         )
-    return GuardedModule(
-        reference_module.to(device), candidate_module.to(device), domain, outcome
-    )
+    return GuardedModule(reference_module.to(device), candidate_module.to(device), domain, outcome)
 
 
 def read_evidence(evidence: dict[str, Any] | str | Path) -> tuple[dict[str, Any], str]:
