@@ -137,7 +137,18 @@ def slow_admits(contract: Contract, args: list[Any]) -> bool:
             return False
         if value.data_ptr() % 16 and "offset" not in admitted:
             return False
+    tensors = [(s, v) for s, v in zip(contract.inputs, args) if isinstance(s, TensorSpec)]
+    for i, (spec_a, a) in enumerate(tensors):
+        for spec_b, b in tensors[i + 1 :]:
+            if not (spec_a.may_alias and spec_b.may_alias) and bytes_of(a) & bytes_of(b):
+                return False
     return True
+
+
+def bytes_of(value: torch.Tensor) -> set[int]:
+    """Every byte address the view's elements occupy."""
+    base, size = value.untyped_storage().data_ptr(), value.element_size()
+    return {base + a * size + k for a in addresses(value) for k in range(size)}
 
 
 # --- drawn contracts and inputs -------------------------------------------------------------
@@ -176,11 +187,19 @@ def domains(draw: st.DrawFn) -> Contract:
 
 
 @st.composite
-def views(draw: st.DrawFn, ndim: int) -> torch.Tensor:
-    """A tensor of ``ndim`` dims in a drawn layout: a slice, a transpose, a broadcast, a
-    misaligned start, channels in another order, or arbitrary (possibly overlapping) strides."""
-    dtype = draw(st.sampled_from(DTYPE_POOL))
-    shape = draw(st.lists(st.integers(1, 9), min_size=ndim, max_size=ndim))
+def views(draw: st.DrawFn, contract: Contract, spec: TensorSpec) -> torch.Tensor:
+    """A tensor for ``spec`` in a drawn layout: a slice, a transpose, a broadcast, a
+    misaligned start, or arbitrary (possibly overlapping) strides. Dtype and sizes are
+    mostly drawn from what the contract admits, so that the layouts decide the route."""
+    admitted = [getattr(torch, name) for name in spec.dtypes]
+    dtype = draw(st.one_of(st.sampled_from(admitted), st.sampled_from(DTYPE_POOL)))
+    ndim = len(spec.shape)
+    shape = []
+    for name in spec.shape:
+        dim = contract.dim(name)
+        fitting = [n for n in range(1, 10) if dim.admits(n)]
+        anything = st.integers(1, 9)
+        shape.append(draw(st.one_of(st.sampled_from(fitting), anything) if fitting else anything))
     kind = draw(
         st.sampled_from(["contiguous", "offset", "strided", "transposed", "expanded", "raw"])
     )
@@ -204,17 +223,23 @@ def views(draw: st.DrawFn, ndim: int) -> torch.Tensor:
 @given(contract=domains(), data=st.data())
 def test_the_guard_never_routes_outside_the_domain(contract: Contract, data: st.DataObject) -> None:
     domain = CompiledDomain(contract, "cpu")
-    args = [data.draw(views(len(spec.shape))) for spec in contract.inputs]
-    if data.draw(st.booleans()) and len(args) > 1:  # N shared: make the sizes agree
-        args[1] = args[1].new_zeros(args[0].shape[1])
+    args = [data.draw(views(contract, spec)) for spec in contract.inputs]
+    if len(args) > 1:
+        shared = data.draw(st.sampled_from(["apart", "same sizes", "same storage"]))
+        if shared == "same sizes":  # N bound by both: make the sizes agree
+            args[1] = args[1].new_zeros(args[0].shape[1])
+        elif shared == "same storage":  # a row of the first input, or a slice beside it
+            start = data.draw(st.integers(0, 90))
+            args[1] = torch.as_strided(args[0], (args[0].shape[1],), (1,), start)
     inside = slow_admits(contract, args)
     why = domain.reason(args)
+    assert domain.admits(tuple(args), {}) == (why is None)  # the generated fast path agrees
     if why is None:
         assert inside, f"routed to the candidate outside the domain: {args}"
     elif inside:
         # the guard may refuse a layout only the slow reading can prove disjoint (strides
         # that interleave without overlapping); nothing else inside may go to the reference
-        assert "overlapping strides" in why, why
+        assert "overlapping strides" in why or "share memory" in why, why
 
 
 def test_layout_needs_reads_each_kind() -> None:
@@ -262,6 +287,8 @@ def test_scalars_aliasing_and_values_are_part_of_the_domain() -> None:
     assert "above 9" in domain.reason([a, idx + 5, 1e-5])
     assert "sorted" in domain.reason([a, idx.flip(0), 1e-5])
     assert "= 7, but N = 8" in domain.reason([a, idx[:7], 1e-5])
+    for args in ([a, idx, 1e-5], [a, idx, 1e-3], [a, idx + 5, 1e-5], [a, idx[:7], 1e-5]):
+        assert domain.admits(args, {}) == (domain.reason(args) is None)
     trusting = CompiledDomain(contract, "cpu", trust_values=True)
     assert trusting.reason([torch.full((8,), float("nan")), idx + 5, 1e-5]) is None
     shared = Contract(
@@ -274,6 +301,7 @@ def test_scalars_aliasing_and_values_are_part_of_the_domain() -> None:
     buffer = torch.zeros(12)
     pair = CompiledDomain(shared, "cpu")
     assert "share memory" in pair.reason([buffer[:6], buffer[4:10]])
+    assert not pair.admits([buffer[:6], buffer[4:10]], {})
     assert pair.reason([buffer[:6], buffer[6:]]) is None  # one storage, disjoint: no alias
 
 
@@ -290,6 +318,12 @@ def test_a_verified_guard_calls_the_candidate_inside_and_the_reference_outside(
     guard(torch.randn(2, 3, 4))
     assert guard.routes == {"candidate": 2, "reference": 2}
     assert "requires grad" in guard.why(torch.randn(3, 3, requires_grad=True))
+    seen: list[str] = []  # a hook on the guard itself takes nn.Module's own call path
+    handle = guard.register_forward_hook(lambda module, args, out: seen.append("hook"))
+    guard(x)
+    handle.remove()
+    guard(x)
+    assert seen == ["hook"] and guard.routes == {"candidate": 4, "reference": 2}
 
 
 def test_a_narrowed_guard_keeps_to_the_sub_domain(softmax_contract: Contract) -> None:

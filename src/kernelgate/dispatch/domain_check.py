@@ -27,6 +27,8 @@ the values (``trust_values``). What cannot be checked per call at all (``fixed``
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ from kernelgate.sandbox.wire import DTYPES
 
 ALIGNMENT_MASK = 15  # data_ptr & 15: off the 16-byte alignment CMP-02's "offset" breaks
 NO_UPPER_BOUND = math.inf
+LAYOUT_CACHE_SIZE = 4096  # distinct (shape, stride) pairs remembered by ``layout_needs``
 
 
 def device_index(device: torch.device) -> int:
@@ -59,9 +62,13 @@ def device_index(device: torch.device) -> int:
     raise ValueError(f"dispatch supports cpu and cuda devices, not {device}")
 
 
-def layout_needs(shape: Sequence[int], stride: Sequence[int]) -> frozenset[Layout] | None:
+@functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
+def layout_needs(shape: tuple[int, ...], stride: tuple[int, ...]) -> frozenset[Layout] | None:
     """The layouts a view of ``shape`` and ``stride`` needs admitted beside ``contiguous``
-    (empty for a contiguous view), or None when its elements overlap (no layout has them)."""
+    (empty for a contiguous view), or None when its elements overlap (no layout has them).
+
+    Cached: a program calls a kernel with few distinct views, and a dict look-up costs a
+    fraction of sorting the strides again on every call."""
     needs: set[Layout] = set()
     live: list[tuple[int, int]] = []  # (stride, size) of the dims that address memory
     for size, step in zip(shape, stride):
@@ -169,6 +176,7 @@ class CompiledDomain:
         self.scalars = tuple(scalars)
         self.bounds = tuple(bounds)
         self.check_aliasing = len(tensors) > 1 and not all(t.may_alias for t in tensors)
+        self.admits_source, self.admits = self._generate_admits()
 
     @staticmethod
     def _bound(name: str, dim: Any) -> DimBound:
@@ -202,6 +210,93 @@ class CompiledDomain:
         if trust:
             return
         self.value_checks.extend((position, f"{spec.name} {what}", fn) for what, fn in wanted)
+
+    def _generate_admits(self) -> tuple[str, Callable[[Sequence[Any], dict[str, Any]], bool]]:
+        """``admits(args, kwargs)``: ``reason(args, kwargs) is None``, as straight-line code.
+
+        The guard calls this on every call, so it is written out for this contract alone
+        (as ``dataclasses`` writes ``__init__``): each input's checks in turn, sizes and
+        bounds as literals, no loop over specs and no attribute of ``self`` read, which
+        halves the cost of the general ``reason``. Its source is kept in ``admits_source``.
+        """
+        lines = [
+            "def admits(args, kwargs):",
+            f"    if kwargs or len(args) != {self.arity}:",
+            "        return False",
+        ]
+        names: dict[str, Any] = {
+            "Tensor": torch.Tensor,
+            "is_grad_enabled": torch.is_grad_enabled,
+            "layout_needs": layout_needs,
+            "same_scalar": same_scalar,
+            "span_bytes": span_bytes,
+        }
+        if self.tensors:
+            lines.append("    grad = is_grad_enabled()")
+        bound_slots: set[int] = set()
+        on_device = f"value.get_device() != {self.device_index}"
+        if self.device_index < 0:
+            on_device += " or not value.is_cpu"  # a meta tensor's get_device() is -1 too
+
+        def reject_if(condition: str) -> None:
+            lines.extend([f"    if {condition}:", "        return False"])
+
+        for index, check in enumerate(self.tensors):
+            names[f"dtypes_{index}"] = check.dtypes
+            names[f"layouts_{index}"] = check.layouts
+            lines.append(f"    value = args[{check.position}]")
+            reject_if(f"not isinstance(value, Tensor) or value.dtype not in dtypes_{index}")
+            reject_if(on_device)
+            reject_if("grad and value.requires_grad")
+            lines.append("    shape = value.shape")
+            reject_if(f"len(shape) != {check.ndim}")
+            for axis, size in check.literal_axes:
+                reject_if(f"shape[{axis}] != {size}")
+            for axis, slot in check.dim_axes:
+                if slot in bound_slots:
+                    reject_if(f"shape[{axis}] != size_{slot}")
+                    continue
+                bound_slots.add(slot)
+                dim = self.bounds[slot]
+                lines.append(f"    size_{slot} = shape[{axis}]  # {dim.name}")
+                tests = [f"size_{slot} < {dim.lo}"]
+                if dim.hi != NO_UPPER_BOUND:
+                    tests.append(f"size_{slot} > {int(dim.hi)}")
+                if dim.multiple_of > 1:
+                    tests.append(f"size_{slot} % {dim.multiple_of}")
+                reject_if(" or ".join(tests))
+            lines.append("    contiguous = value.is_contiguous()")
+            if check.layouts <= {Layout.CONTIGUOUS, Layout.OFFSET}:
+                reject_if("not contiguous")
+            else:
+                lines.append("    if not contiguous:")
+                lines.append("        needs = layout_needs(shape, value.stride())")
+                lines.append(f"        if needs is None or not needs <= layouts_{index}:")
+                lines.append("            return False")
+            if self.check_aliasing or not check.misaligned_ok:
+                lines.append(f"    start_{index} = value.data_ptr()")
+            if not check.misaligned_ok:
+                reject_if(f"start_{index} & {ALIGNMENT_MASK}")
+            if self.check_aliasing:  # the bytes it spans, to compare with the others'
+                lines.append(
+                    f"    end_{index} = start_{index} + "
+                    "(value.nbytes if contiguous else span_bytes(value))"
+                )
+        for position, _, expected in self.scalars:
+            names[f"scalar_{position}"] = expected
+            reject_if(f"not same_scalar(args[{position}], scalar_{position})")
+        for first, second in itertools.combinations(range(len(self.tensors)), 2):
+            if self.check_aliasing and not (
+                self.tensors[first].may_alias and self.tensors[second].may_alias
+            ):
+                reject_if(f"start_{first} < end_{second} and start_{second} < end_{first}")
+        for number, (position, _, value_check) in enumerate(self.value_checks):
+            names[f"value_check_{number}"] = value_check
+            reject_if(f"value_check_{number}(args[{position}]) is not None")
+        lines.append("    return True")
+        source = "\n".join(lines) + "\n"
+        exec(compile(source, f"<kernelgate domain {self.contract_name}>", "exec"), names)
+        return source, names["admits"]
 
     def reason(self, args: Sequence[Any], kwargs: dict[str, Any] | None = None) -> str | None:
         """None when ``args`` lie inside the domain; else why not (one sentence).
@@ -273,14 +368,21 @@ class CompiledDomain:
         for check in self.tensors:
             value = args[check.position]
             start = value.data_ptr()
-            extent = sum((n - 1) * s for n, s in zip(value.shape, value.stride()) if n > 0)
-            spans.append((check, start, start + (extent + 1) * value.element_size()))
+            spans.append((check, start, start + span_bytes(value)))
         for i, (first, start_a, end_a) in enumerate(spans):
             for second, start_b, end_b in spans[i + 1 :]:
                 admitted = first.may_alias and second.may_alias
                 if not admitted and start_a < end_b and start_b < end_a:
                     return f"{first.name} and {second.name} share memory (aliasing not admitted)"
         return None
+
+
+def span_bytes(value: torch.Tensor) -> int:
+    """Bytes from a view's first element to just past its last (0 for an empty one)."""
+    if value.numel() == 0:
+        return 0
+    extent = sum((size - 1) * step for size, step in zip(value.shape, value.stride()))
+    return (extent + 1) * value.element_size()
 
 
 def same_scalar(given: Any, expected: Any) -> bool:
