@@ -409,3 +409,19 @@ def test_verify_records_the_digests_the_guard_checks(tmp_path: Path) -> None:
     x = torch.randn(3, 40)[:, ::2]
     torch.testing.assert_close(guard(x), torch.softmax(x, 1))
     assert guard.routes["candidate"] == 1
+
+
+@pytest.mark.gpu
+def test_on_the_device_the_guard_keeps_cpu_inputs_on_the_reference(
+    softmax_contract: Contract,
+) -> None:
+    evidence = evidence_for(softmax_contract, environment={"device": "cuda"})
+    guard = quiet_guard(REFERENCE, HONEST, evidence, device="cuda")
+    x = torch.randn(64, 1000, device="cuda")
+    torch.testing.assert_close(guard(x), torch.softmax(x, 1))
+    torch.testing.assert_close(guard(x.t()), torch.softmax(x.t(), 1))
+    guard(x.cpu())  # the kernel's device is cuda: a CPU tensor goes to the reference
+    assert guard.routes == {"candidate": 2, "reference": 1}
+    assert "on cpu" in guard.why(x.cpu())
+    misaligned = torch.randn(64 * 1000 + 1, device="cuda")[1:].view(64, 1000)
+    assert guard.why(misaligned) is None  # the contract admits offset starts
