@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -347,8 +348,10 @@ def test_a_rejected_verdict_always_calls_the_reference_and_says_so(
     softmax_contract: Contract,
 ) -> None:
     evidence = evidence_for(softmax_contract, "rejected", failed_gates=["EXC-01"])
+    modules_before = set(sys.modules)
     with pytest.warns(DispatchWarning, match=r"rejects the candidate \(failed: EXC-01\)"):
         guard = guarded(REFERENCE, HONEST, evidence)
+    assert not {m for m in set(sys.modules) - modules_before if "dispatch_" in m}  # not imported
     x = torch.randn(4, 8)
     torch.testing.assert_close(guard(x), torch.softmax(x, 1))
     assert guard.routes == {"candidate": 0, "reference": 1}

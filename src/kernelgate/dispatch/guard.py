@@ -110,6 +110,20 @@ class GuardedModule(torch.nn.Module):
         return f"verdict={self.outcome}, routes={self.routes}"
 
 
+class NotLoaded(torch.nn.Module):
+    """Stands in for a rejected candidate given as a file: the guard never calls it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{self.path} was rejected and never loaded; the reference answers")
+
+    def extra_repr(self) -> str:
+        return f"rejected, not loaded: {self.path}"
+
+
 def guarded(
     reference: torch.nn.Module | str | Path,
     candidate: torch.nn.Module | str | Path,
@@ -132,16 +146,22 @@ def guarded(
 
     Raises ``DispatchError`` when the evidence was made for another reference or candidate,
     or cannot be read; warns (``DispatchWarning``) for a rejected verdict (every call then
-    goes to the reference), a partial verification (``--only``), a verdict made on another
-    kind of device, and value conditions no per-call check can establish.
+    goes to the reference, and a candidate given as a file is never imported), a partial
+    verification (``--only``), a verdict made on another kind of device, and value
+    conditions no per-call check can establish.
     """
     data, where = read_evidence(evidence)
     device = torch.device(device)
     reference_module, reference_file, init_inputs = _reference(reference)
     check_digest(data, where, "reference", reference_file)  # before the candidate is built
-    candidate_module, candidate_file = _candidate(candidate, init_inputs)
-    check_digest(data, where, "candidate", candidate_file)
     outcome = data.get("verdict")
+    if outcome == "rejected" and not isinstance(candidate, torch.nn.Module):
+        # never imported: a rejected candidate's code does not run in the caller's process
+        check_digest(data, where, "candidate", Path(candidate))
+        candidate_module: torch.nn.Module = NotLoaded(Path(candidate))
+    else:
+        candidate_module, candidate_file = _candidate(candidate, init_inputs)
+        check_digest(data, where, "candidate", candidate_file)
     domain = None
     if outcome == "rejected":
         failed = ", ".join(data.get("failed_gates", []) + data.get("failed_rules", []))
