@@ -148,6 +148,14 @@ def verify_command(
     timeout: TimeoutOption = 60.0,
     compile_timeout: CompileTimeoutOption = DEFAULT_COMPILE_TIMEOUT,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the evidence here")] = None,
+    sarif_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--sarif",
+            help="also write a SARIF 2.1.0 log here: one result per failed gate or rule, "
+            "located in the candidate's file (for code-scanning views in CI)",
+        ),
+    ] = None,
     contract_file: Annotated[
         Path | None,
         typer.Option("--contract", help="a contract file (TOML or JSON) instead of deriving one"),
@@ -257,6 +265,8 @@ def verify_command(
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(authorship_line(verdict), highlight=False, markup=False, soft_wrap=True)
     digest = write_evidence(json_out, verdict.to_json(), settled) if json_out else None
+    if sarif_out is not None:
+        write_sarif(sarif_out, verdict)
     style = VERDICT_STYLE[verdict.verdict]
     failed = ", ".join(verdict.failed_gates + verdict.failed_rules)
     console.print(
@@ -385,6 +395,20 @@ def bench_command(
         digest = write_evidence(json_out, text, settled)
         console.print(f"evidence written to {json_out}, sha256 {digest}", markup=False)
     raise typer.Exit(0 if outcome is None else EXIT_CODES[outcome])
+
+
+def write_sarif(path: Path, verdict: Verdict) -> None:
+    """The verdict as SARIF 2.1.0 (``kernelgate.ci``), written whole or not at all."""
+    import json
+
+    from kernelgate import __version__
+    from kernelgate.ci import sarif_log
+
+    evidence = json.loads(verdict.to_json())  # non-finite floats as strings, as --json has them
+    text = json.dumps(sarif_log(evidence, __version__), indent=2)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text + "\n")
+    partial.replace(path)
 
 
 def static_lines(verdict: Verdict) -> list[str]:

@@ -6,6 +6,7 @@ that ``WorkerSession`` owns; what comes back is bytes, judged here.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -162,7 +163,8 @@ def verify(
         )
     program = load_reference(reference)
     class_name = MODEL_CLASS if problem is not None else "ModelNew"
-    backend = candidate_backend(check_candidate_source(candidate, class_name))
+    candidate_source = check_candidate_source(candidate, class_name)
+    backend = candidate_backend(candidate_source)
     if backend == "cuda" and device == "cpu":
         raise KernelgateError(
             f"candidate {candidate} is a CUDA C++ extension and needs a GPU: "
@@ -306,6 +308,8 @@ def verify(
         problem=problem.summary() if problem is not None else None,
         perf=None if perf_report is None else perf_report.to_dict(),
         authorship=authorship,
+        reference_sha256=program.sha256,
+        candidate_sha256=hashlib.sha256(candidate_source.encode()).hexdigest(),
     )
 
 

@@ -57,6 +57,10 @@ class Verdict(Serializable):
     # AUTH-01's evidence (sandbox/authorship.py): {authored_share, kernels: [{name, authored,
     # device_time_s, launches}], how}, or authored_share None and ``why`` it was not measured
     authorship: dict[str, Any] | None = None
+    # SHA-256 of the two programs' text as judged: what a dispatcher (dispatch/) checks
+    # before it trusts this verdict for the programs it is handed.
+    reference_sha256: str | None = None
+    candidate_sha256: str | None = None
     schema: str = VERDICT_SCHEMA
 
     @property
