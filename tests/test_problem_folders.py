@@ -189,7 +189,11 @@ def test_audit_of_a_problem_corpus_judges_by_the_folder(tmp_path: Path) -> None:
         shutil.copy(solution, run / "solution.py")
         (run / "run.yaml").write_text(f"problem: {SOFTMAX.resolve()}\nverdict: accepted\n")
     out = tmp_path / "out"
-    command = audit_command(tmp_path / "runs", out, "--format", "problem", "--only", "CMP-01")
+    # the solutions are torch code, not kernels: AUTH-01 (on by default for problem records)
+    # would reject both, and this test is about judging by the folder
+    command = audit_command(
+        tmp_path / "runs", out, "--format", "problem", "--only", "CMP-01", "--no-authorship-rule"
+    )
     result = kernelgate(*command, timeout=600)
     assert result.returncode == 0, result.stderr
     with sqlite3.connect(out / STORE_NAME) as db:

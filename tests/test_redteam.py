@@ -120,6 +120,8 @@ def test_calibrate_cli_lists_device_only_defects_without_running_them(tmp_path: 
         assert row["detail"] and row["intended_gates"]
     assert data["controls"] == []
     assert "device-only" in result.output
+    for name in device_only:  # a log, not a terminal: a line as each entry finishes
+        assert f"{name}: device-only (" in result.output
     bad = CliRunner().invoke(app, ["calibrate", "--only", "no_such_kernel"])
     assert bad.exit_code == 2
 

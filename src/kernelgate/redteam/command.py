@@ -167,6 +167,17 @@ def calibrate_command_body(
         def on_result(result: EntryResult) -> None:
             progress.update(task, description=f"{result.name}: {result.outcome}")
             progress.advance(task)
+            if not errors.is_terminal:  # a log (a device run cut at its limit) keeps each one
+                rejected = f", rejected by {', '.join(result.rejected_by)}" * bool(
+                    result.rejected_by
+                )
+                errors.print(
+                    f"{result.name}: {result.outcome} ({result.verdict}{rejected}; "
+                    f"{result.seconds:.1f} s)",
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
 
         cal = calibrate(device, only, jobs=jobs, timeout=timeout, on_result=on_result)
     print_calibration(cal, console)
