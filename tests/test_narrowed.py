@@ -33,6 +33,15 @@ def test_only_domain_failures_with_a_sub_domain_narrow() -> None:
     # an access-trace finding beside incidents outside the domain: no sub-domain mends it
     traced = tagged | {"access_trace": {"findings": [{"kind": "uninitialised read"}]}}
     assert not narrowable([_gate("CMP-02", Status.FAIL, sub), _gate("RES-01", Status.FAIL, traced)])
+    # a finding seen only in CMP-02 cases at the layouts it drops narrows like those cases;
+    # seen once more anywhere else (the reference's layout in CMP-01), it rejects
+    dropped = sub | {"per_layout": {"layout=strided": {"status": "fail"}}}
+    outside = {"kind": "out-of-bounds", "sites": [["CMP-02", "layout=strided"]]}
+    inside = outside | {"sites": [["CMP-02", "layout=strided"], ["CMP-01", "normal"]]}
+    for finding, expected in [(outside, True), (inside, False)]:
+        trace = {"incidents": [], "access_trace": {"findings": [finding]}}
+        gates = [_gate("CMP-02", Status.FAIL, dropped), _gate("RES-01", Status.FAIL, trace)]
+        assert narrowable(gates) is expected
     contract, changes = narrowed_contract(
         load_contract(DATA / "cmp_ew_strided.toml"), [_gate("CMP-02", Status.FAIL, sub)]
     )
@@ -54,7 +63,15 @@ def test_cli_narrows_contiguous_only_kernel_to_contiguous_layouts(tmp_path: Path
     assert result.returncode == 3, result.stdout + result.stderr
     assert "narrowed" in result.stdout and "verified sub-domain" in result.stdout
     evidence = json.loads(out.read_text())
-    assert evidence["verdict"] == "narrowed" and evidence["failed_gates"] == ["CMP-02"]
+    # the kernel reads past a strided view's end; the interpreter's access trace sees it
+    # (RES-01), only in CMP-02's cases at layouts the narrowed domain drops (expanded views:
+    # fewer elements than it reads)
+    assert evidence["verdict"] == "narrowed" and evidence["failed_gates"] == ["CMP-02", "RES-01"]
+    res01 = next(g for g in evidence["gates"] if g["id"] == "RES-01")
+    sites = [s for f in res01["evidence"]["access_trace"]["findings"] for s in f["sites"]]
+    cmp02 = next(g for g in evidence["gates"] if g["id"] == "CMP-02")
+    failed = {k for k, v in cmp02["evidence"]["per_layout"].items() if v.get("status") == "fail"}
+    assert sites and all(gate == "CMP-02" and case in failed for gate, case in sites)
     domain = evidence["verified_domain"]
     assert domain["contract"]["schema"] == "kernelgate.contract/4"
     assert domain["contract"]["inputs"][0]["layouts"] == ["contiguous", "offset"]

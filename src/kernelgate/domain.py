@@ -115,10 +115,35 @@ def _incidents_outside(gates: list[GateResult]) -> bool:
     """Whether RES-01 failed only on incidents a domain gate tagged as outside its domain."""
     for gate in gates:
         if gate.id == "RES-01" and gate.status == FAIL:
-            if (gate.evidence.get("access_trace") or {}).get("findings"):
-                return False  # the interpreter's access trace found a fault: no domain mends it
+            findings = (gate.evidence.get("access_trace") or {}).get("findings")
+            if findings and not _traced_outside(findings, gates):
+                return False  # the interpreter's access trace found a fault inside the domain
+            if findings and not gate.evidence.get("incidents"):
+                return True
             incidents = gate.evidence.get("incidents", [])
             return bool(incidents) and all(i.get("domain_point") for i in incidents)
+    return True
+
+
+def _traced_outside(findings: list[dict[str, Any]], gates: list[GateResult]) -> bool:
+    """Whether every access-trace finding was seen only in CMP-02 cases at layouts the
+    narrowed domain drops (a kernel that reads past a strided view's end assumes a
+    contiguous one, as its wrong values there say). A finding seen anywhere else (the
+    reference's layout, a shape, a fresh instance), or seen in more places than the log
+    kept, rejects: no sub-domain mends it."""
+    failed_layouts = {
+        label
+        for gate in gates
+        if gate.id == "CMP-02" and gate.status == FAIL and gate.evidence.get(SUB_DOMAIN)
+        for label, outcome in (gate.evidence.get("per_layout") or {}).items()
+        if isinstance(outcome, dict) and outcome.get("status") == "fail"
+    }
+    for finding in findings:
+        sites = finding.get("sites")
+        if not sites or finding.get("sites_dropped"):
+            return False
+        if any(gate != "CMP-02" or case not in failed_layouts for gate, case in sites):
+            return False
     return True
 
 

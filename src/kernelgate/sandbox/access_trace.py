@@ -606,11 +606,14 @@ class AccessLog:
             if tuple(kept.get(k) for k in ("kind", "op", "kernel", "line")) == key:
                 kept["calls"] += 1
                 kept["lanes"] += int(finding.get("lanes", 0))
+                _add_site(kept, gate, case)
                 return
         if len(self.findings) >= MAX_LOGGED:
             self.dropped += 1
             return
-        self.findings.append({**finding, "calls": 1, "gate": gate, "case": case, "seed": seed})
+        kept = {**finding, "calls": 1, "gate": gate, "case": case, "seed": seed, "sites": []}
+        _add_site(kept, gate, case)
+        self.findings.append(kept)
 
     def summary(self) -> str:
         """One line: what the trace covered, or why it did not run."""
@@ -650,3 +653,18 @@ class AccessLog:
             "findings_dropped": self.dropped,
             "notes": self.notes,
         }
+
+
+MAX_SITES = 16  # (gate, case) pairs kept a finding; past them ``sites_dropped`` counts
+
+
+def _add_site(finding: dict[str, Any], gate: str, case: str) -> None:
+    """Where a finding was seen, each (gate, case) once: whether a narrowed domain leaves it
+    out (domain.py) depends on every case it happened in, not on the first."""
+    site = [gate, case]
+    if site in finding["sites"]:
+        return
+    if len(finding["sites"]) >= MAX_SITES:
+        finding["sites_dropped"] = finding.get("sites_dropped", 0) + 1
+        return
+    finding["sites"].append(site)
