@@ -60,11 +60,15 @@ def options(out: Path) -> judge.AuditOptions:
 
 def comparable(found: Any, out: Path, unstable: set[str] = UNSTABLE_ROW) -> Any:
     """A row or verdict without what differs between judgings (times, memory, how the
-    judge started), its audit folder named OUT."""
+    judge started), its audit folder named OUT. AUTH-01 lists kernels by measured time, so
+    kernels of near-equal time may swap places: they are compared by name."""
 
     def kept(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: kept(v) for k, v in value.items() if k not in unstable}
+            found = {k: kept(v) for k, v in value.items() if k not in unstable}
+            if isinstance(found.get("kernels"), list):
+                found["kernels"] = sorted(found["kernels"], key=lambda k: json.dumps(k))
+            return found
         if isinstance(value, list):
             return [kept(v) for v in value]
         return value
