@@ -79,12 +79,12 @@ def test_bf16_attention_passes_the_value_gates_on_the_cpu() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="oracle: torch's SDPA computes densely, so a special in a key the causal mask "
-    "hides still reaches the row (inf + -inf mask = NaN, 0 x NaN in p @ v). EXC-01's "
-    "dependence probe excuses the positions that no special reaches (a NaN in v past the "
-    "diagonal), but a row that also sees a special in a visible key (+inf in k giving a "
-    "-inf score, weight 0) depends on a special, so the probe keeps the oracle's NaN there; "
-    "telling which special a position depends on needs one probe a special",
+    reason="oracle: torch's SDPA computes densely. EXC-01's dependence probe (coarse, then "
+    "one special at a time) excuses every position whose class comes from a special it does "
+    "not depend on, but with -inf in a query (inject=-inf one-per-row) the dense scores "
+    "against masked keys are NaN (inf - inf), so the reference's whole row is NaN through "
+    "finite masked keys, which only specials are substituted for; the row's true value is "
+    "SDPA's all -inf convention (weights 0), which the honest kernel gives",
 )
 def test_bf16_attention_nan_after_the_query_is_not_the_kernels_to_propagate() -> None:
     folder = ROOT / "examples" / "causal_attention"

@@ -287,3 +287,35 @@ def test_the_dependence_probe_excuses_only_positions_no_special_reaches(tmp_path
     torch.testing.assert_close(probe[1:], oracle[1:], rtol=0, atol=0)
     dense_free = (x[0, :5].double().unsqueeze(0) * torch.ones(5, 5).tril().double()).sum(-1)
     torch.testing.assert_close(probe[0, :5], dense_free, rtol=0, atol=0)
+
+
+def test_the_refined_dependence_probe_keeps_only_the_specials_a_position_depends_on(
+    tmp_path,
+) -> None:
+    """A row that sees a special (an Inf it adds) and also multiplies a masked one by 0 (a
+    NaN past the diagonal): the dense oracle makes the whole row NaN, the coarse probe can
+    excuse only the position that sees neither, and the refined probe gives each position
+    the value with only the specials it depends on: +inf before the NaN, NaN from it on."""
+    from kernelgate.contract.derive import contract_for
+    from kernelgate.gates.base import GateContext
+
+    path = tmp_path / "reference.py"
+    path.write_text(MASKED_ROW_SUM)
+    program = load_reference(path)
+    ctx = GateContext(
+        contract=contract_for(program), oracle=Oracle(program), session=None, seed=0, replay=[]
+    )
+    case = ctx.drawn_case("normal", 1)
+    x = case.values[0].clone()
+    x[0, 1], x[0, 5] = float("inf"), float("nan")
+    case.values = [x]
+    oracle = ctx.expected(case)[0]
+    assert oracle[0].isnan().all()
+    coarse = ctx.dependence_probe(case)[0]
+    assert torch.isfinite(coarse[0, 0]) and coarse[0, 1:].isnan().all()
+    disputed = torch.zeros_like(oracle, dtype=torch.bool)
+    disputed[0, 1:] = True
+    refined = ctx.refined_dependence_probe(case, 0, disputed)[0]
+    assert refined[0, 0] == coarse[0, 0]  # not disputed: the coarse value stays
+    assert (refined[0, 1:5] == float("inf")).all() and refined[0, 5].isnan()
+    torch.testing.assert_close(refined[1:], oracle[1:], rtol=0, atol=0)

@@ -35,6 +35,7 @@ from kernelgate.errors import CandidateBuildError, CandidateLoadError
 from kernelgate.inputs.distributions import draw, fold_into_range, impose_structure
 from kernelgate.inputs.integers import draw_in_domain, index_bound
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
+from kernelgate.oracle import dependence
 from kernelgate.oracle.error_models import (
     Assessment,
     admissible_error,
@@ -527,52 +528,40 @@ class GateContext:
         return bool(self.oracle_for(case).second_implementations(case.values, kind))
 
     def dependence_probe(self, case: Case) -> list[Any] | None:
-        """The oracle's outputs with the positions that do not depend on the case's injected
-        specials given their finite values, or None when the case's inputs hold no specials.
-
-        A reference that computes densely gives NaN where IEEE arithmetic multiplies a masked
-        weight by a NaN (``0 x NaN``: causal attention's probabilities above the diagonal
-        times a NaN in v), although the result there does not depend on that input: an
-        implementation that never reads the masked entries is as faithful as the reference
-        and gives the finite value. Which positions depend on the specials is found the way
-        a person would check it: the float64 oracle again with every special replaced by the
-        dtype's largest finite value, its negative and zero; a position whose three outputs
-        are the same does not depend on what was there. Like a second implementation it can
-        only take positions out of judgement, and it is asked only where a candidate's class
-        differs from the oracle's.
-        """
+        """The oracle's outputs with the positions that depend on none of the case's
+        injected specials given their finite values, or None when the case's inputs hold
+        no specials (``oracle/dependence.py`` says why and how). Like a second
+        implementation it can only take positions out of judgement, and it is asked only
+        where a candidate's class differs from the oracle's."""
         self.admit(case)
-        specials = [
-            ~torch.isfinite(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else None
-            for v in case.values
-        ]
-        if not any(mask is not None and bool(mask.any()) for mask in specials):
+        if not dependence.has_specials(dependence.special_masks(case.values)):
             return None
+        oracle = self.oracle_for(case)
+        return self._cached(
+            case,
+            "dependence-probe",
+            lambda: dependence.coarse_probe(case.values, oracle.expected, self.expected(case)),
+        )
 
-        def substituted(pick: Callable[[torch.dtype], float]) -> list[Any]:
-            values = [
-                v if mask is None else v.masked_fill(mask, pick(v.dtype))
-                for v, mask in zip(case.values, specials)
-            ]
-            return self.oracle_for(case).expected(values)
-
-        def probe() -> list[Any]:
-            largest = substituted(lambda dtype: torch.finfo(dtype).max)
-            runs = [largest, substituted(lambda dtype: -torch.finfo(dtype).max)]
-            runs.append(substituted(lambda dtype: 0.0))
-            oracle = self.expected(case)
-            outputs = []
-            for k, want in enumerate(oracle):
-                if not isinstance(want, torch.Tensor) or not want.is_floating_point():
-                    outputs.append(want)
-                    continue
-                same = torch.ones(want.shape, dtype=torch.bool, device=want.device)
-                for other in runs[1:]:
-                    same &= _equal_or_both_nan(largest[k], other[k])
-                outputs.append(torch.where(same, largest[k], want))
-            return outputs
-
-        return self._cached(case, "dependence-probe", probe)
+    def refined_dependence_probe(
+        self, case: Case, output_index: int, disputed: torch.Tensor
+    ) -> list[Any] | None:
+        """``dependence_probe`` with each ``disputed`` position of output ``output_index``
+        given the oracle's value with only the specials it depends on kept; None when the
+        case holds no specials or more than the refined probe's budget."""
+        coarse = self.dependence_probe(case)
+        if coarse is None:
+            return None
+        refined = dependence.refined_probe(
+            case.values,
+            self.oracle_for(case).expected,
+            output_index,
+            disputed,
+            coarse[output_index],
+        )
+        if refined is None:
+            return None
+        return [refined if k == output_index else out for k, out in enumerate(coarse)]
 
     def judge_classes(
         self, case: Case, judge: Callable[[dict[str, list[Any]]], tuple[torch.Tensor, torch.Tensor]]
@@ -1021,8 +1010,3 @@ def run_gate(gate: Gate, ctx: GateContext) -> GateResult:
             result = gate.skipped(f"aborted by an execution incident: {aborted} (see RES-01)")
     result.seconds = round(time.monotonic() - started, 3)
     return result
-
-
-def _equal_or_both_nan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Elementwise equality in which NaN equals NaN (and -0.0 equals +0.0)."""
-    return (a == b) | (torch.isnan(a) & torch.isnan(b))

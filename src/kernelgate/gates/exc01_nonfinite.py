@@ -65,7 +65,7 @@ class NonFiniteGate(Gate):
             return self.skipped(
                 "no floating-point input admits NaN or Inf under the contract (or its dtype)"
             )
-        judged = excluded = consulted = probed = 0
+        judged = excluded = consulted = probed = refined = 0
         run_trials: list[str] = []
         for index, (kind, density) in enumerate(TRIALS):
             # only into inputs whose dtype holds the kind: float8_e4m3fn has NaN but no Inf
@@ -101,6 +101,11 @@ class NonFiniteGate(Gate):
                     runs = ctx.honest_classes(case) if asked else {"native-eager": ctx.native(case)}
                     agree, bad = judge({**runs, "dependence-probe": probe})
                     probed += 1
+                    if bad.any() and (probe := ctx.refined_dependence_probe(case, k, bad)):
+                        # a position that also sees a special it does depend on: only
+                        # those specials decide its class
+                        agree, bad = judge({**runs, "dependence-probe": probe})
+                        refined += 1
                 n_agree = int(agree.count_nonzero())
                 judged += n_agree
                 excluded += agree.numel() - n_agree
@@ -123,6 +128,7 @@ class NonFiniteGate(Gate):
             "excluded_honest_disagreement": excluded,
             "second_implementation_consulted": consulted,
             "dependence_probe_consulted": probed,
+            "dependence_probe_refined": refined,
             "trials": run_trials,
         }
         absent = sorted(

@@ -5,7 +5,8 @@ diagonal, keeps the running row max, the running denominator and the output accu
 in float32, and masks the diagonal block (keys above the query) and the sequence tail.
 The bf16 tiles are widened to float32 before ``tl.dot`` with IEEE products (bf16 ``tl.dot``
 is wrong under the Triton interpreter, and float32 is at least as accurate on a GPU);
-the output is rounded to bf16 once.
+the output is rounded to bf16 once. A row whose every score is -inf (an Inf in q or k can make
+one) gets what ``F.scaled_dot_product_attention`` gives it: weights 0, not 0 / 0.
 
 Defect: none. Expected verdict: PASS (every gate).
 """
@@ -50,13 +51,17 @@ def _causal_attention(
         visible = key_ok[None, :] & (keys[None, :] <= rows[:, None])
         scores = tl.where(visible, scores, -float("inf"))
         new_max = tl.maximum(row_max, tl.max(scores, axis=1))
-        p = tl.exp(scores - new_max[:, None])
+        # a row whose every score so far is -inf subtracts 0, not -inf (-inf - -inf is NaN)
+        shift = tl.where(new_max == -float("inf"), 0.0, new_max)
+        p = tl.exp(scores - shift[:, None])
         p = tl.where(visible, p, 0.0)
-        rescale = tl.exp(row_max - new_max)
+        rescale = tl.exp(row_max - shift)
         denominator = denominator * rescale + tl.sum(p, axis=1)
         acc = acc * rescale[:, None] + tl.dot(p, v, input_precision="ieee")
         row_max = new_max
-    out = acc / denominator[:, None]
+    # SDPA's convention for a row whose every score is -inf: weights 0, so the output is
+    # 0 x v (0, or NaN where v holds an Inf or NaN), not 0 / 0
+    out = acc / tl.where(denominator == 0.0, 1.0, denominator)[:, None]
     tl.store(
         out_ptr + head_offset + rows[:, None] * head_dim + dims[None, :],
         out.to(out_ptr.dtype.element_ty),
