@@ -24,6 +24,7 @@ from kernelgate.redteam.runner import (
     DEVICE_ONLY,
     OTHER_GATE,
     PASSED,
+    RULE_OPTIONS,
     Calibration,
     EntryResult,
     calibrate,
@@ -45,16 +46,19 @@ def test_catalog_is_complete_and_well_formed() -> None:
     assert len(DEFECTS) >= 30 and len(CONTROLS) >= 15
     for entry in DEFECTS:
         assert entry.defect, entry.name
-        assert entry.intended_gates and set(entry.intended_gates) <= set(GATE_IDS), entry.name
+        assert entry.intended, entry.name
+        assert set(entry.intended_gates) <= set(GATE_IDS), entry.name
         assert entry.device_only is None or len(entry.device_only) > 20, entry.name
         assert entry.cpu_only is None or len(entry.cpu_only) > 20, entry.name
         assert not (entry.cpu_only and entry.device_only), entry.name
     for entry in [*DEFECTS, *CONTROLS]:
+        assert set(entry.rules_in_force) <= set(RULE_OPTIONS), entry.name  # the runner's
         assert {"Model", "get_inputs", "get_init_inputs"} <= _top_level_names(
             entry.reference_path
         ), entry.reference
         assert "ModelNew" in _top_level_names(entry.candidate_path), entry.candidate
     assert all(c.is_control and not c.defect for c in CONTROLS)
+    assert not any(c.intended_rules for c in CONTROLS)
     with pytest.raises(KeyError):
         entries(["no_such_kernel"])
 
@@ -184,3 +188,27 @@ def test_gpu_device_only_defects_rejected_by_an_intended_gate() -> None:
         if r.outcome != PASSED
     }
     assert not rejected, rejected
+
+
+def test_a_defect_only_a_rule_catches_counts_as_caught_by_it() -> None:
+    """AUTH-01 named as a defect's catcher: its failure is the catch; a control judged
+    with the rule in force that fails it is a rejected control."""
+    fig_leaf = EntryResult("f", False, ["AUTH-01"], "rejected", ["AUTH-01"])
+    honest = EntryResult("h", True, [], "rejected", ["AUTH-01"])
+    assert fig_leaf.outcome == CAUGHT and honest.outcome == "rejected"
+    assert not Calibration("cpu", [fig_leaf, honest]).ok
+    assert Calibration("cpu", [fig_leaf]).gate_catches()["AUTH-01"]["intended"] == 1
+    (entry,) = entries(["fig_leaf_kernel"])
+    assert entry.intended_rules == ("AUTH-01",) and not entry.intended_gates
+    assert not entry.is_control and entry.rules_in_force == ("AUTH-01",)
+    (control,) = entries(["authored_with_cublas_gemm"])
+    assert control.is_control and control.rules_in_force == ("AUTH-01",)
+
+
+def test_cpu_fig_leaf_kernel_passes_cmp01_and_fails_auth01_alone() -> None:
+    """Numerically right (CMP-01 passes), not a kernel: AUTH-01 is the only failure, with
+    the GEMMs' aten time holding most of the share even against the interpreter."""
+    (result,) = calibrate("cpu", ["fig_leaf_kernel"], jobs=1, intended_only=True).results
+    assert result.rejected_by == ["AUTH-01"], (result.verdict, result.failure_reasons)
+    assert result.authored_share is not None and result.authored_share < 0.5
+    assert "AUTH-01" in result.failure_reasons

@@ -22,7 +22,15 @@ SEQUENTIAL = (
 
 @dataclass(frozen=True)
 class Entry:
-    """One red-team kernel (``intended_gates`` non-empty) or positive control (empty)."""
+    """One red-team kernel (``intended_gates`` or ``intended_rules`` non-empty) or positive
+    control (both empty).
+
+    Most defects are numerically wrong somewhere, so a gate must reject them. Some are right
+    everywhere and wrong as a kernel (an eager port with a fig-leaf kernel): only a rule of
+    the verdict (docs/rules.md) can reject those, so an entry may name rules as its intended
+    catchers; the runner puts every rule an entry names (``rules_in_force``) in force for its
+    verification, as ``verify --min-authored-share`` would.
+    """
 
     name: str
     reference: str  # file stem under references/
@@ -31,6 +39,9 @@ class Entry:
     intended_gates: tuple[str, ...] = ()
     device_only: str | None = None  # why the interpreter cannot judge it, or None
     cpu_only: str | None = None  # why only the interpreter's access trace can, or None
+    intended_rules: tuple[str, ...] = ()  # rules that must reject it (AUTH-01)
+    # rules in force for a control that must pass them too (a defect's intended_rules are)
+    judged_by_rules: tuple[str, ...] = ()
 
     @property
     def reference_path(self) -> Path:
@@ -42,7 +53,17 @@ class Entry:
 
     @property
     def is_control(self) -> bool:
-        return not self.intended_gates
+        return not self.intended_gates and not self.intended_rules
+
+    @property
+    def intended(self) -> tuple[str, ...]:
+        """Every gate and rule that may reject the defect and count as caught."""
+        return (*self.intended_gates, *self.intended_rules)
+
+    @property
+    def rules_in_force(self) -> tuple[str, ...]:
+        """Rules its verification puts in force (off by default for a KernelBench pair)."""
+        return (*self.intended_rules, *self.judged_by_rules)
 
 
 def _d(
@@ -413,6 +434,14 @@ DEFECTS: tuple[Entry, ...] = (
         "flash attention with scores and accumulator in fp16 behind bf16 I/O (Inf past 65504)",
         ("CMP-01",),
     ),
+    # issue 21: right everywhere, so every gate passes; not a kernel, so a rule rejects it
+    Entry(
+        "fig_leaf_kernel",
+        "mlp_wide",
+        "defects/fig_leaf_kernel.py",
+        "eager MLP port: both GEMMs in torch.matmul, one token Triton kernel adds a bias",
+        intended_rules=("AUTH-01",),
+    ),
 )
 
 CONTROLS: tuple[Entry, ...] = (
@@ -461,6 +490,13 @@ CONTROLS: tuple[Entry, ...] = (
     _c("atomic_row_sum", "row_sum"),
     _c("scratch_two_pass", "row_sum"),
     _c("causal_attention", "causal_attention", device_only=INTERPRETER_BF16),
+    # issue 21: an authored kernel beside a library GEMM, judged with AUTH-01 in force
+    Entry(
+        "authored_with_cublas_gemm",
+        "gated_softmax",
+        "controls/authored_with_cublas_gemm.py",
+        judged_by_rules=("AUTH-01",),
+    ),
 )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelgate.redteam.catalog import Entry, entries
+from kernelgate.sandbox.authorship import DEFAULT_MIN_AUTHORED_SHARE
 
 CAUGHT = "rejected by an intended gate"
 OTHER_GATE = "rejected only by another gate"
@@ -32,6 +33,11 @@ CPU_ONLY = "cpu-only"
 NOT_RUN = (DEVICE_ONLY, CPU_ONLY)  # entries this kind of machine cannot judge
 ERROR = "harness error"
 REASON_CHARS = 300  # of each failing gate's reason kept in a result
+# The rules an entry can put in force, as verify's keyword arguments (catalog.Entry): the
+# defaults a kernel-writing format would get (sandbox/authorship.py).
+RULE_OPTIONS: dict[str, dict[str, Any]] = {
+    "AUTH-01": {"min_authored_share": DEFAULT_MIN_AUTHORED_SHARE},
+}
 
 
 @dataclass
@@ -40,15 +46,16 @@ class EntryResult:
 
     name: str
     control: bool
-    intended_gates: list[str]
+    intended_gates: list[str]  # and the rules (AUTH-01) a defect names as its catchers
     verdict: str  # verified / rejected / narrowed, or "device-only" / "error"
-    rejected_by: list[str] = field(default_factory=list)
-    # why each gate in ``rejected_by`` failed: a rejected control is a finding to explain
+    rejected_by: list[str] = field(default_factory=list)  # failed gates, then failed rules
+    # why each gate or rule in ``rejected_by`` failed: a rejected control is a finding
     failure_reasons: dict[str, str] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     ratios: list[dict[str, Any]] = field(default_factory=list)  # thresholded gates' evidence
     seconds: float = 0.0
     detail: str = ""  # device-only reason or harness error
+    authored_share: float | None = None  # AUTH-01's measure (sandbox/authorship.py)
 
     @property
     def outcome(self) -> str:
@@ -73,6 +80,7 @@ class EntryResult:
             "seconds": self.seconds,
             "skipped": self.skipped,
             "error_over_bound": self.ratios,
+            "authored_share": self.authored_share,
         }
         if self.detail:
             data["detail"] = self.detail
@@ -111,7 +119,7 @@ def run_entry(
     from kernelgate.errors import KernelgateError
     from kernelgate.pipeline import verify
 
-    result = EntryResult(entry.name, entry.is_control, list(entry.intended_gates), "error")
+    result = EntryResult(entry.name, entry.is_control, list(entry.intended), "error")
     if entry.device_only and device == "cpu":
         result.verdict, result.detail = DEVICE_ONLY, entry.device_only
         return result
@@ -120,18 +128,30 @@ def run_entry(
         return result
     started = time.monotonic()
     try:
-        only = list(entry.intended_gates) if intended_only and not entry.is_control else None
+        only = None
+        if intended_only and not entry.is_control:
+            # a defect only a rule catches is judged after CMP-01 alone: the rule needs no gate
+            only = list(entry.intended_gates) or ["CMP-01"]
+        rules: dict[str, Any] = {}
+        for rule_id in entry.rules_in_force:
+            rules |= RULE_OPTIONS[rule_id]
         verdict = verify(
-            entry.reference_path, entry.candidate_path, device=device, timeout=timeout, only=only
+            entry.reference_path,
+            entry.candidate_path,
+            device=device,
+            timeout=timeout,
+            only=only,
+            **rules,
         )
     except KernelgateError as exc:
         result.detail = str(exc)
     else:
         result.verdict = verdict.verdict.value
-        result.rejected_by = verdict.failed_gates
+        result.rejected_by = [*verdict.failed_gates, *verdict.failed_rules]
         result.failure_reasons = {
             g: verdict.gate(g).reason[:REASON_CHARS] for g in verdict.failed_gates
-        }
+        } | {r.id: r.message[:REASON_CHARS] for r in verdict.rules if r.id in verdict.failed_rules}
+        result.authored_share = (verdict.authorship or {}).get("authored_share")
         result.skipped = verdict.skipped
         result.ratios = _ratios(verdict)
     result.seconds = round(time.monotonic() - started, 2)
