@@ -233,8 +233,14 @@ def test_authored_files_are_the_candidates_folder_only(tmp_path: Path) -> None:
     assert not authored_path(f"{folder}x/candidate.py", folder, [scratch])
     assert not authored_path(f"{scratch}/inductor/abc.py", folder, [scratch])
     assert not authored_path(f"{folder}/.venv/lib/site-packages/lib/k.py", folder, [])
-    kernelgate_file = str(Path(__import__("kernelgate").__file__).parent / "kernels" / "k.py")
+    kernelgate_dir = Path(__import__("kernelgate").__file__).resolve().parent
+    kernelgate_file = str(kernelgate_dir / "kernels" / "k.py")
     assert not authored_path(kernelgate_file, "/", [])
+    # the red team's candidates live in kernelgate: their own folder counts, no other
+    controls = str(kernelgate_dir / "redteam" / "controls")
+    assert authored_path(f"{controls}/softmax.py", controls, [])
+    assert not authored_path(kernelgate_file, controls, [])
+    assert not authored_path(str(kernelgate_dir / "redteam" / "defects" / "x.py"), controls, [])
 
 
 # -- audits -----------------------------------------------------------------------------

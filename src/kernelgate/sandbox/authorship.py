@@ -311,15 +311,22 @@ def _summed(name: str, authored: bool, figures: list[float]) -> dict[str, Any]:
 def authored_path(path: str, candidate_dir: str, excluded: Iterable[str]) -> bool:
     """Whether a resolved ``path`` is in the candidate's folder and none of the places whose
     code is not the candidate's (installed packages, the worker's scratch and caches,
-    kernelgate itself)."""
+    kernelgate itself).
+
+    A candidate whose own folder is inside kernelgate (the red team's, redteam/controls and
+    redteam/defects) has kernelgate's kernels outside that folder excluded already; only
+    for it is kernelgate's code not excluded as a whole, or no red-team kernel could ever be
+    authored."""
     if not candidate_dir or not _under(path, candidate_dir):
         return False
     if any(_under(path, other) for other in excluded):
         return False
-    parts = Path(path).parts
-    if "site-packages" in parts or "dist-packages" in parts:
+    # kernelgate is importable from the editable checkout, so it is no site-packages path
+    kernelgate = os.path.realpath(str(Path(__file__).parents[1]))
+    if _under(path, kernelgate) and not _under(candidate_dir, kernelgate):
         return False
-    return not _under(path, os.path.realpath(str(Path(__file__).parents[1])))
+    parts = Path(path).parts
+    return "site-packages" not in parts and "dist-packages" not in parts
 
 
 def _under(path: str, folder: str) -> bool:
