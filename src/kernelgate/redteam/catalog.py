@@ -439,7 +439,7 @@ DEFECTS: tuple[Entry, ...] = (
         "fig_leaf_kernel",
         "mlp_wide",
         "defects/fig_leaf_kernel.py",
-        "eager MLP port: both GEMMs in torch.matmul, one token Triton kernel adds a bias",
+        "eager MLP port: GEMMs, ReLU and bias adds in torch; one token Triton kernel copies a bias",
         intended_rules=("AUTH-01",),
     ),
 )

@@ -1,8 +1,8 @@
 """Control (AUTH-01 in force): the softmax is the candidate's own Triton kernel, the gain's
 small GEMM is left to torch (F.linear: cuBLAS on a device, aten on the CPU).
 
-Honest mixed authorship: the kernel does the work (a streaming softmax over 64 Ki-element
-rows, scaled by the gain), the library does one 4 x 256 x 4 GEMM. One program per row walks
+Honest mixed authorship: the kernel does the work (a streaming softmax over rows of 16384
+elements, scaled by the gain), the library does one 2 x 256 x 2 GEMM. One program per row walks
 the row twice in blocks of 1024 (32 dependent block loads on a device: latency-bound, tens
 of microseconds), while the GEMM is one small cuBLAS launch (a few microseconds), so the
 authored share is well over AUTH-01's half on a device; on the CPU the interpreter makes it

@@ -1,10 +1,12 @@
 """Defect (AUTH-01): an eager PyTorch port of the MLP with a fig-leaf Triton kernel.
 
 Both GEMMs run in torch (F.linear, torch.matmul: cuBLAS on a device, aten on the CPU) and so
-does the ReLU; the only kernel of its own adds the second layer's bias to the output. Every
-value is right, so every gate passes: what is wrong is that it is not a kernel. AUTH-01
-(at least half the device time in the candidate's own kernels) must reject it, on the CPU
-as on a device: the GEMMs are 268 MFLOP, the bias add 32k elements.
+do the ReLU and the bias adds; the only kernel of its own copies the second layer's bias
+(256 elements, one program) before torch adds it. Every value is right, so every gate
+passes: what is wrong is that it is not a kernel. AUTH-01 (at least half the device time in
+the candidate's own kernels) must reject it, on the CPU as on a device: the GEMMs are
+4.3 GFLOP, the copy one program (the interpreter's cost is per program, so even on the CPU,
+where it inflates authored time, the GEMMs outweigh it).
 """
 
 import torch
@@ -15,12 +17,9 @@ import triton.language as tl
 
 
 @triton.jit
-def _add_bias(out_ptr, bias_ptr, n_elements, n_cols, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_elements
-    y = tl.load(out_ptr + offs, mask=mask)
-    b = tl.load(bias_ptr + offs % n_cols, mask=mask)
-    tl.store(out_ptr + offs, y + b, mask=mask)
+def _copy_bias(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n), mask=offs < n)
 
 
 class ModelNew(nn.Module):
@@ -31,8 +30,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(F.linear(x, self.fc1.weight, self.fc1.bias))
-        out = torch.matmul(h, self.fc2.weight.t()).contiguous()
-        n = out.numel()
-        block = 1024
-        _add_bias[(triton.cdiv(n, block),)](out, self.fc2.bias, n, out.shape[-1], BLOCK=block)
-        return out
+        bias = torch.empty_like(self.fc2.bias)
+        n = bias.numel()
+        _copy_bias[(1,)](self.fc2.bias, bias, n, BLOCK=triton.next_power_of_2(n))
+        return torch.matmul(h, self.fc2.weight.t()) + bias

@@ -1,5 +1,5 @@
-"""Reference: softmax over long rows (4 x 4 heads x 16384, vocabulary-like), each head's row
-scaled by a gain that a small bias-free linear layer computes from a context (4 x 256 -> 4).
+"""Reference: softmax over long rows (2 x 2 heads x 16384, vocabulary-like), each head's row
+scaled by a gain that a small bias-free linear layer computes from a context (2 x 256 -> 2).
 
 The red team's ``authored_with_cublas_gemm`` control: a candidate may leave the gain's GEMM
 to the library and write the softmax itself, and still have most of the device time.
@@ -8,8 +8,8 @@ to the library and write the softmax itself, and still have most of the device t
 import torch
 import torch.nn as nn
 
-batch_size = 4
-heads = 4
+batch_size = 2
+heads = 2
 n_cols = 16384
 context = 256
 

@@ -1,6 +1,6 @@
-"""Reference: a two-layer MLP, Linear(256 -> 2048) -> ReLU -> Linear(2048 -> 256), batch 128.
+"""Reference: a two-layer MLP, Linear(256 -> 4096) -> ReLU -> Linear(4096 -> 256), batch 1024.
 
-Wide on purpose: its two GEMMs (268 MFLOP) are most of the time of any eager port of it, on
+Wide on purpose: its two GEMMs (4.3 GFLOP) are most of the time of any eager port of it, on
 the CPU (aten, against the Triton interpreter) as on a device (cuBLAS), so a port that adds
 one token kernel reads well under AUTH-01's half (the red team's ``fig_leaf_kernel``).
 """
@@ -8,9 +8,9 @@ one token kernel reads well under AUTH-01's half (the red team's ``fig_leaf_kern
 import torch
 import torch.nn as nn
 
-batch_size = 128
+batch_size = 1024
 in_features = 256
-hidden = 2048
+hidden = 4096
 out_features = 256
 
 
