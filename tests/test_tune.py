@@ -1,0 +1,210 @@
+"""The contract-gated autotuner: knobs read from source, the GRPO search, and a tuning run
+that never chooses a config the contract rejects (issue 23, part 4)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from kernelgate.errors import KernelgateError
+from kernelgate.tune.knobs import AUTOTUNE_PREFIX, knob_space
+from kernelgate.tune.run import CPU_TRITON_PICK_WHY, ConfigResult, TuneOptions, Tuner
+from kernelgate.tune.search import Evaluation, Policy, advantages, grpo_search
+
+from .conftest import DATA, ROOT, SOFTMAX, kernelgate
+
+EXAMPLES = ROOT / "examples" / "tune"
+TUNE_DATA = DATA / "tune"
+
+
+# -- knobs, read from source --------------------------------------------------------------
+def test_declared_knobs_and_autotune_configs_are_read_without_running_the_candidate() -> None:
+    declared = knob_space(EXAMPLES / "softmax_knobs.py")
+    assert [k.name for k in declared.knobs] == ["BLOCK", "ROWS", "SPLIT", "num_warps"]
+    assert declared.knobs[0].values == (128, 256, 512)
+    assert declared.size == 3 * 2 * 2 * 2
+    config = (2, 0, 1, 1)
+    assert declared.declared_values(config) == {
+        "BLOCK": 512,
+        "ROWS": 1,
+        "SPLIT": 2,
+        "num_warps": 4,
+    }
+    assert declared.autotune_pins(config) == {}
+
+    tuned = knob_space(EXAMPLES / "softmax_autotune.py")
+    (knob,) = tuned.knobs
+    assert knob.name == AUTOTUNE_PREFIX + "_softmax_kernel"
+    assert knob.values == (0, 1, 2, 3, 4)
+    assert knob.labels[3] == "ROWS=4, num_warps=4"
+    assert tuned.autotune_pins((3,)) == {"_softmax_kernel": 3}
+    assert tuned.declared_values((3,)) == {}
+    assert tuned.described((3,)) == {knob.name: {"index": 3, "config": "ROWS=4, num_warps=4"}}
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("x = 1\n", "has no knobs to tune"),
+        ("KERNELGATE_KNOBS = make()\n", "must be a literal dict"),
+        ("KERNELGATE_KNOBS = {'BLOCK': []}\n", "non-empty list"),
+        ("KERNELGATE_KNOBS = {'BLOCK': [64, 64]}\n", "repeats a value"),
+        ("KERNELGATE_KNOBS = {'BLOCK': [[64]]}\n", "only int, float, bool, str"),
+        (
+            "import triton\n@triton.autotune(configs=[triton.Config({'B': b}) for b in (1, 2)],"
+            " key=[])\ndef k(): pass\n",
+            "configs are not a literal list",
+        ),
+    ],
+    ids=["none", "computed", "empty", "repeated", "nested", "comprehension"],
+)
+def test_bad_or_missing_knobs_are_clear_errors(tmp_path: Path, source: str, message: str) -> None:
+    path = tmp_path / "candidate.py"
+    path.write_text(source)
+    with pytest.raises(KernelgateError, match=message):
+        knob_space(path)
+
+
+# -- the search ---------------------------------------------------------------------------
+def test_advantages_are_group_relative() -> None:
+    values = advantages([1.0, 2.0, 3.0, 0.0])
+    assert sum(values) == pytest.approx(0.0)
+    assert sum(v * v for v in values) / len(values) == pytest.approx(1.0)
+    assert values[2] > values[1] > values[0] > values[3]
+    assert advantages([2.0, 2.0, 2.0]) == [0.0, 0.0, 0.0]
+
+
+def test_policy_gradient_moves_mass_toward_the_advantaged_value() -> None:
+    policy = Policy.uniform([3])
+    policy.update([(0,), (1,), (2,)], [1.0, 0.0, -1.0], rate=1.0)
+    p = policy.probabilities()[0]
+    assert p[0] > 1 / 3 > p[2] and p[0] + p[1] + p[2] == pytest.approx(1.0)
+
+
+def _fake_times(config: tuple[int, ...]) -> Evaluation:
+    """Knob 0 value 2 breaks the contract and is by far the fastest; otherwise time falls
+    with knob 0 and knob 1 adds a little."""
+    if config[0] == 2:
+        return Evaluation(passed=False, time_ms=0.01)
+    return Evaluation(passed=True, time_ms=10.0 - 4.0 * config[0] + 0.5 * config[1])
+
+
+def test_search_learns_the_fast_passing_values_and_never_ranks_a_failing_config() -> None:
+    result = grpo_search([3, 2], _fake_times, rounds=12, group=6, seed=3, rate=1.5)
+    assert all(c[0] != 2 for c in result.ranked())  # the fastest config of all never ranks
+    assert result.ranked()[0] == (1, 0)  # the fastest config that holds
+    final = result.rounds[-1].probabilities
+    assert final[0][1] > 0.5 and final[0][2] < 0.2  # mass left the failing value
+    assert min(r for rnd in result.rounds for r in rnd.rewards) == 0.0  # failures: lowest
+
+
+def test_search_is_seeded_and_each_config_is_judged_once() -> None:
+    calls: list[tuple[int, ...]] = []
+
+    def evaluate(config: tuple[int, ...]) -> Evaluation:
+        calls.append(config)
+        return _fake_times(config)
+
+    first = grpo_search([3, 2], evaluate, rounds=5, group=4, seed=7)
+    assert len(calls) == len(set(calls)) == len(first.order)
+    again = grpo_search([3, 2], _fake_times, rounds=5, group=4, seed=7)
+    assert again.order == first.order
+    assert [r.rewards for r in again.rounds] == [r.rewards for r in first.rounds]
+    capped = grpo_search([3, 2], _fake_times, rounds=5, group=4, seed=7, max_evaluations=2)
+    assert len(capped.order) == 2
+
+
+class _ScriptedTuner(Tuner):
+    """A tuner whose judge is scripted: screening passes both configs; every gate passes
+    only the slower one. Records what ran."""
+
+    def __init__(self, options: TuneOptions) -> None:
+        super().__init__(SOFTMAX / "reference.py", TUNE_DATA / "autotune_tail.py", options)
+        self.judged: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
+
+    def _judge(self, config: tuple[int, ...], only: Sequence[str], timed: bool) -> ConfigResult:
+        self.judged.append((config, tuple(only)))
+        full = not only
+        wrong = config == (1,) and full  # config 1 fails a gate outside the screen
+        return ConfigResult(
+            knobs=self.space.described(config),
+            verdict="rejected" if wrong else "verified",
+            gates=list(only) or ["all"],
+            failed=["MEM-01"] if wrong else [],
+            time_ms=None if not timed else (1.0 if config == (1,) else 2.0),
+            outputs_ok=True,
+            passed=not wrong,
+        )
+
+
+def test_screened_choice_is_re_verified_with_every_gate_and_falls_back() -> None:
+    tuner = _ScriptedTuner(TuneOptions(rounds=2, group=4, seed=0, screen=("CMP-01",)))
+    report = tuner.run()
+    assert [r.verdict for r in report.configs] and len(report.configs) == 2
+    # the faster config passed screening, failed every-gate verification, and was dropped
+    by_index = {r.knobs[f"{AUTOTUNE_PREFIX}_rows_softmax"]["index"]: r for r in report.configs}
+    assert by_index[1].verdict == "verified" and by_index[1].full_verdict == "rejected"
+    assert by_index[0].full_verdict == "verified"
+    assert report.chosen == {
+        f"{AUTOTUNE_PREFIX}_rows_softmax": {"index": 0, "config": "ROWS=1, num_warps=1"}
+    }
+    assert report.chosen_time_ms == 2.0
+    assert ((1,), ()) in tuner.judged and ((0,), ()) in tuner.judged
+    assert report.triton_pick is None and report.triton_pick_why == CPU_TRITON_PICK_WHY
+
+
+# -- a real tuning run, in confined workers under the interpreter -------------------------
+def test_tune_never_chooses_the_config_that_drops_a_row(tmp_path: Path) -> None:
+    out = tmp_path / "tune.json"
+    result = kernelgate(
+        "tune",
+        str(TUNE_DATA / "reference.py"),
+        str(TUNE_DATA / "autotune_tail.py"),
+        "--rounds", "1", "--group", "4", "--screen", "CMP-01", "--screen", "MEM-01",
+        "--trials", "2", "--json", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+    report = json.loads(out.read_text())
+    knob = f"{AUTOTUNE_PREFIX}_rows_softmax"
+    verdicts = {c["knobs"][knob]["index"]: c for c in report["configs"]}
+    assert set(verdicts) == {0, 1}
+    assert verdicts[1]["verdict"] == "rejected" and not verdicts[1]["passed"]
+    assert set(verdicts[1]["failed"]) & {"CMP-01", "MEM-01"}
+    assert verdicts[0]["verdict"] == "verified" and verdicts[0]["time_ms"] > 0
+    assert report["chosen"] == {knob: {"index": 0, "config": "ROWS=1, num_warps=1"}}
+    assert report["chosen_verdict"] == "verified"  # re-verified with every gate
+    assert report["triton_pick"] is None and "interpreter" in report["triton_pick_why"]
+    assert "chosen:" in result.stdout
+
+
+def test_a_candidate_without_knobs_exits_two() -> None:
+    result = kernelgate("tune", str(SOFTMAX / "reference.py"), str(SOFTMAX / "honest.py"))
+    assert result.returncode == 2
+    assert "has no knobs to tune" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_declared_knob_values_reach_the_candidate(tmp_path: Path) -> None:
+    """KERNELGATE_KNOB_VALUES carries a declared config into the worker: SPLIT=2 drops the
+    tail columns (40 = 2 * 16 + 8) and is rejected, SPLIT=1 verifies."""
+    from kernelgate.tune.run import judge_config
+
+    source = (EXAMPLES / "softmax_knobs.py").read_text()
+    candidate = tmp_path / "softmax_knobs.py"
+    candidate.write_text(source)
+    options = TuneOptions(seed=0)
+    verdicts = {
+        split: judge_config(
+            TUNE_DATA / "reference.py",
+            candidate,
+            knob_values={"BLOCK": 16, "ROWS": 2, "SPLIT": split, "num_warps": 1},
+            autotune_pins=None,
+            only=("CMP-01",),
+            options=options,
+            timed=False,
+        ).verdict.value
+        for split in (1, 2)
+    }
+    assert verdicts == {1: "verified", 2: "rejected"}
