@@ -77,7 +77,10 @@ def tune_command_body(
             else:
                 progress.advance(task)
 
-        tuner = Tuner(reference, candidate, options, on_config=on_config)
+        def on_stage(stage: str) -> None:
+            progress.update(task, description=stage)
+
+        tuner = Tuner(reference, candidate, options, on_config=on_config, on_stage=on_stage)
         cap = min(tuner.space.size, options.rounds * options.group)
         if options.max_evaluations is not None:
             cap = min(cap, options.max_evaluations)

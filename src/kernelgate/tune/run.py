@@ -179,6 +179,7 @@ class Tuner:
         options: TuneOptions,
         *,
         on_config: Callable[[str, ConfigResult | None], None] | None = None,
+        on_stage: Callable[[str], None] | None = None,
     ) -> None:
         options.check()
         self.reference, self.candidate, self.options = Path(reference), Path(candidate), options
@@ -187,6 +188,7 @@ class Tuner:
         self.space: KnobSpace = knob_space(candidate)
         self.results: dict[Config, ConfigResult] = {}
         self.on_config = on_config
+        self.on_stage = on_stage or (lambda stage: None)  # what runs after the search
 
     def _judge(self, config: Config, only: Sequence[str], timed: bool) -> ConfigResult:
         space, started = self.space, time.monotonic()
@@ -247,6 +249,7 @@ class Tuner:
             best = ranked[0]
             result = self.results[best]
             if result.full_verdict is None:  # screened with fewer gates: every gate now
+                self.on_stage("re-verifying the fastest passing config with every gate")
                 full = self._judge(best, (), timed=False)
                 result.full_verdict, result.full_failed = full.verdict, full.failed
                 if full.error:
@@ -263,6 +266,7 @@ class Tuner:
             return None, CPU_TRITON_PICK_WHY
         if not self.options.triton_pick:
             return None, "not asked for (--no-triton-pick)"
+        self.on_stage("measuring Triton's own pick (its autotuner free)")
         started = time.monotonic()
         defaults = {k.name: k.values[0] for k in self.space.knobs if k.autotune_kernel is None}
         verdict = judge_config(
