@@ -244,3 +244,25 @@ def test_the_worker_runs_the_candidate_with_the_config(tmp_path: Path) -> None:
     seen = json.loads((scratch / "knob_probe.json").read_text())
     assert json.loads(seen["values"]) == {"BLOCK": 64, "fast": True}
     assert seen["tag"] == 12
+
+
+@pytest.mark.gpu
+def test_tune_on_a_gpu_measures_tritons_own_pick_beside(tmp_path: Path) -> None:
+    """On a device Triton's autotuner can time: its pick (the candidate unpinned) is judged
+    with every gate and timed beside the chosen config; every config of the example holds."""
+    out = tmp_path / "tune.json"
+    result = kernelgate(
+        "tune", str(SOFTMAX / "reference.py"), str(EXAMPLES / "softmax_autotune.py"),
+        "--device", "cuda", "--rounds", "2", "--group", "3", "--screen", "CMP-01",
+        "--trials", "10", "--json", str(out),
+        timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+    report = json.loads(out.read_text())
+    assert report["chosen_verdict"] == "verified"
+    assert all(c["passed"] for c in report["configs"])
+    pick = report["triton_pick"]
+    assert pick is not None, report["triton_pick_why"]
+    assert pick["verdict"] == "verified" and pick["time_ms"] > 0
+    (picked,) = pick["knobs"].values()
+    assert 0 <= picked["index"] < 5
