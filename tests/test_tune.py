@@ -195,6 +195,11 @@ def test_a_candidate_without_knobs_exits_two() -> None:
               "--screen", "XYZ-99"],
     )  # fmt: skip
     assert result.exit_code == 2 and "unknown gate(s) XYZ-99 in --screen" in result.stderr
+    result = CliRunner().invoke(
+        app, ["tune", str(SOFTMAX / "reference.py"), str(EXAMPLES / "softmax_knobs.py"),
+              "--contract", "no/such/contract.toml"],
+    )  # fmt: skip
+    assert result.exit_code == 2 and "is not a file" in result.stderr
 
 
 KNOB_PROBE = """

@@ -434,6 +434,10 @@ def tune_command(
     no_triton_pick: Annotated[
         bool, typer.Option("--no-triton-pick", help="do not measure Triton's own pick (GPU)")
     ] = False,
+    contract_file: Annotated[
+        Path | None,
+        typer.Option("--contract", help="a contract file (TOML or JSON) instead of deriving one"),
+    ] = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="write the tuning report here")
     ] = None,
@@ -454,6 +458,7 @@ def tune_command(
         timeout=timeout,
         compile_timeout=compile_timeout,
         triton_pick=not no_triton_pick,
+        contract=contract_file,
     )
     tune_command_body(
         reference, candidate, options, json_out=json_out, console=console, errors=errors

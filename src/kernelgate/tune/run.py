@@ -60,6 +60,7 @@ class TuneOptions:
     timeout: float = 60.0
     compile_timeout: float = DEFAULT_COMPILE_TIMEOUT
     triton_pick: bool = True  # measure Triton's own pick beside (GPU only)
+    contract: Path | None = None  # a contract file instead of the derived one (verify's)
 
     def check(self) -> None:
         if self.rounds < 1 or self.group < 1:
@@ -162,6 +163,7 @@ def judge_config(
         device=device,
         timeout=options.timeout,
         compile_timeout=options.compile_timeout,
+        contract=options.contract,
         seed=options.seed,
         only=list(only) or None,
         session=session,
@@ -185,6 +187,8 @@ class Tuner:
         self.reference, self.candidate, self.options = Path(reference), Path(candidate), options
         if not self.reference.is_file():
             raise KernelgateError(f"reference {reference} is not a file")
+        if options.contract is not None and not options.contract.is_file():
+            raise KernelgateError(f"contract {options.contract} is not a file")
         self.space: KnobSpace = knob_space(candidate)
         self.results: dict[Config, ConfigResult] = {}
         self.on_config = on_config
@@ -332,6 +336,7 @@ class Tuner:
                 "rate": options.rate,
                 "max_evaluations": options.max_evaluations,
                 "screen": list(options.screen) or "all gates",
+                "contract": None if options.contract is None else str(options.contract),
                 "space_size": self.space.size,
                 "evaluated": len(search.order),
                 "final_policy": _policy(self.space, search),
