@@ -30,6 +30,7 @@ from typing import Any
 
 from kernelgate.errors import CandidateLoadError, KernelgateError
 from kernelgate.gates import GATE_IDS
+from kernelgate.gates.base import GateResult, Status
 from kernelgate.perf.measure import PerfOptions
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.serde import Serializable
@@ -81,7 +82,7 @@ class ConfigResult(Serializable):
 
     knobs: dict[str, Any]
     verdict: str  # verified | rejected | narrowed | error (did not load or build)
-    gates: list[str]  # the gates that ran ("all" spelled out)
+    gates: list[str]  # the gates that ran (RES-01 always does)
     failed: list[str] = field(default_factory=list)  # failed gates and rules
     time_ms: float | None = None  # judged median at the reference shape
     reference_ms: float | None = None  # the reference, same protocol, same inputs
@@ -157,18 +158,27 @@ def judge_config(
     )
     session.spawn()
     perf = PerfOptions(trials=options.trials, kernelbench_trials=1, shapes=1)
-    return verify(
-        reference,
-        candidate,
-        device=device,
-        timeout=options.timeout,
-        compile_timeout=options.compile_timeout,
-        contract=options.contract,
-        seed=options.seed,
-        only=list(only) or None,
-        session=session,
-        perf=perf if timed else None,
-    )
+    try:
+        return verify(
+            reference,
+            candidate,
+            device=device,
+            timeout=options.timeout,
+            compile_timeout=options.compile_timeout,
+            contract=options.contract,
+            seed=options.seed,
+            only=list(only) or None,
+            session=session,
+            perf=perf if timed else None,
+        )
+    finally:
+        # verify ends the session itself; this covers an error raised before it took it
+        session.__exit__(None, None, None)
+
+
+def _not_selected(gate: GateResult) -> bool:
+    """Whether ``gate`` was left out by the screening set (not a gate that ran and skipped)."""
+    return gate.status is Status.SKIPPED and gate.reason.startswith("not selected")
 
 
 class Tuner:
@@ -220,7 +230,7 @@ class Tuner:
         return ConfigResult(
             knobs=space.described(config),
             verdict=verdict.verdict.value,
-            gates=gates,
+            gates=[g.id for g in verdict.gates if not _not_selected(g)],
             failed=verdict.failed_gates + verdict.failed_rules,
             time_ms=time_ms,
             reference_ms=reference_ms,
