@@ -7,7 +7,9 @@ Each run is the command line a user would type (its own process and workers). On
 kernels. On the H200 (Triton's own pick is measured there):
 
     PYTHONPATH=src .venv/bin/python benchmarks/tune_examples.py --device cuda \
-        --rounds 4 --group 4 --screen CMP-01 MEM-01
+        --rounds 3 --group 4 --screen CMP-01 MEM-01 --only-example softmax_knobs
+    PYTHONPATH=src .venv/bin/python benchmarks/tune_examples.py --device cuda \
+        --rounds 3 --group 4 --screen CMP-01 MEM-01 --only-example softmax_autotune
 """
 
 from __future__ import annotations
@@ -84,7 +86,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=0, help="judged trials (0: default)")
     parser.add_argument("--max-evaluations", type=int, default=0)
     parser.add_argument("--screen", nargs="*", help="gates per config (default: every gate)")
-    parser.add_argument("--only-example", nargs="*", help="substrings of example names to run")
+    parser.add_argument(
+        "--only-example",
+        nargs="*",
+        help="substrings of example names to run; the other examples' runs already in the "
+        "output file are kept (one example per command on a time-limited device)",
+    )
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/tune-<device>")
     args = parser.parse_args()
     device_name = "cpu" if args.device == "cpu" else "h200" if _is_h200() else "cuda"
@@ -98,6 +105,10 @@ def main() -> None:
             runs.append(tune(name, candidate, args, Path(folder)))
             print(f"  exit {runs[-1]['exit_code']} in {runs[-1]['seconds']} s", flush=True)
             print(json.dumps(runs[-1].get("comparison"), indent=2), flush=True)
+    if args.only_example and out.exists():  # a partial run: keep the other examples' runs
+        done = {run["name"] for run in runs}
+        kept = json.loads(out.read_text()).get("runs", [])
+        runs = [run for run in kept if run["name"] not in done] + runs
     result = {
         "schema": "kernelgate.tune-examples/1",
         "device": args.device,
