@@ -164,7 +164,7 @@ def test_tune_never_chooses_the_config_that_drops_a_row(tmp_path: Path) -> None:
         str(TUNE_DATA / "reference.py"),
         str(TUNE_DATA / "autotune_tail.py"),
         "--rounds", "1", "--group", "4", "--screen", "MEM-01", "--trials", "1",
-        "--json", str(out),
+        "--contract", str(TUNE_DATA / "contract.toml"), "--json", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr + result.stdout
     report = json.loads(out.read_text())
@@ -179,6 +179,7 @@ def test_tune_never_chooses_the_config_that_drops_a_row(tmp_path: Path) -> None:
     assert report["chosen_verdict"] == "verified"  # re-verified with every gate
     assert report["triton_pick"] is None and "interpreter" in report["triton_pick_why"]
     assert "chosen:" in result.stdout
+    assert report["search"]["contract"] == str(TUNE_DATA / "contract.toml")
 
 
 def test_a_candidate_without_knobs_exits_two() -> None:
