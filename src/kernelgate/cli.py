@@ -397,6 +397,74 @@ def bench_command(
     raise typer.Exit(0 if outcome is None else EXIT_CODES[outcome])
 
 
+@command("tune")
+def tune_command(
+    reference: Annotated[Path, typer.Argument(help="KernelBench reference (Model)")],
+    candidate: Annotated[
+        Path,
+        typer.Argument(
+            help="Triton candidate defining ModelNew, with KERNELGATE_KNOBS or "
+            "@triton.autotune configs (docs/usage.md)"
+        ),
+    ],
+    device: DeviceOption = "cpu",
+    timeout: TimeoutOption = 60.0,
+    compile_timeout: CompileTimeoutOption = DEFAULT_COMPILE_TIMEOUT,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="search rounds")] = 4,
+    group: Annotated[int, typer.Option("--group", min=1, help="configs sampled per round")] = 4,
+    max_evaluations: Annotated[
+        int | None,
+        typer.Option("--max-evaluations", min=1, help="distinct configs judged at most"),
+    ] = None,
+    screen: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--screen",
+            help="judge each config with only these gates (repeatable; default every gate); "
+            f"the chosen config is always re-verified with every gate ({', '.join(GATE_IDS)})",
+        ),
+    ] = None,
+    trials: Annotated[
+        int,
+        typer.Option(
+            "--trials", min=0, help="judged timing trials per config (0: 50 on a device, 8 on CPU)"
+        ),
+    ] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the search and the gates")] = 0,
+    no_triton_pick: Annotated[
+        bool, typer.Option("--no-triton-pick", help="do not measure Triton's own pick (GPU)")
+    ] = False,
+    contract_file: Annotated[
+        Path | None,
+        typer.Option("--contract", help="a contract file (TOML or JSON) instead of deriving one"),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the tuning report here")
+    ] = None,
+) -> None:
+    """Search CANDIDATE's launch knobs for speed; only a config every gate verifies can be
+    chosen (exit 0 with a choice, 1 when no config holds the contract; docs/usage.md)."""
+    from kernelgate.tune.command import tune_command_body
+    from kernelgate.tune.run import TuneOptions
+
+    options = TuneOptions(
+        device=device,
+        rounds=rounds,
+        group=group,
+        seed=seed,
+        max_evaluations=max_evaluations,
+        screen=tuple(screen or ()),
+        trials=trials,
+        timeout=timeout,
+        compile_timeout=compile_timeout,
+        triton_pick=not no_triton_pick,
+        contract=contract_file,
+    )
+    tune_command_body(
+        reference, candidate, options, json_out=json_out, console=console, errors=errors
+    )
+
+
 def write_sarif(path: Path, verdict: Verdict) -> None:
     """The verdict as SARIF 2.1.0 (``kernelgate.ci``), written whole or not at all."""
     import json

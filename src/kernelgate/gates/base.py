@@ -908,6 +908,8 @@ class GateContext:
             model_class=main.model_class,
             weights=main.weights,
             access_trace=main.access_trace,
+            knob_values=main.knob_values,  # the tuner's config holds in every instance
+            autotune_pins=main.autotune_pins,
         )
         session.spawn()
         return session

@@ -38,6 +38,7 @@ from kernelgate.sandbox.compile_budget import (
     CompileBudget,
 )
 from kernelgate.sandbox.forbidden_watch import merge_uses, parse_uses
+from kernelgate.tune.knobs import VALUES_ENV as KNOB_VALUES_ENV
 
 
 @dataclass
@@ -141,6 +142,11 @@ class WorkerSession:
     # (names, tensors), which the worker loads with ``load_state_dict(strict=True)``
     model_class: str = "ModelNew"
     weights: Callable[[list[Any], str | None], tuple[list[str], list[Any]]] | None = None
+    # The tuner's config (tune/): declared knob values, set as the worker's
+    # KERNELGATE_KNOB_VALUES (JSON), and autotuned kernels pinned to one config each
+    # (tune/pin.py, by kernel name). None: the candidate's own defaults.
+    knob_values: dict[str, Any] | None = None
+    autotune_pins: dict[str, int] | None = None
 
     # -- life cycle -----------------------------------------------------------------------
     def spawn(self) -> None:
@@ -162,6 +168,9 @@ class WorkerSession:
         src = str(Path(kernelgate.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"
+        env.pop(KNOB_VALUES_ENV, None)  # only the tuner's config, never the judge's own
+        if self.knob_values is not None:
+            env[KNOB_VALUES_ENV] = json.dumps(self.knob_values, sort_keys=True)
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
@@ -278,6 +287,8 @@ class WorkerSession:
         }
         if self.clock_mode:
             header["clock_mode"] = self.clock_mode
+        if self.autotune_pins:
+            header["autotune_pins"] = dict(self.autotune_pins)
         if self.forbidden:
             header["forbidden"] = list(self.forbidden)
         header |= self._model_header(self.init_inputs, None, blobs)

@@ -32,6 +32,7 @@ from kernelgate.sandbox.forbidden_watch import ForbiddenWatch  # noqa: E402
 from kernelgate.sandbox.poison import PoisonAllocator, flood_device_cache  # noqa: E402
 from kernelgate.sandbox.resources import CompileServer, LaunchRecorder  # noqa: E402
 from kernelgate.sandbox.streams import SideStreamDelay  # noqa: E402
+from kernelgate.tune.pin import install_pins  # noqa: E402
 
 # Bound now, before candidate code can patch them.
 _no_grad = torch.no_grad
@@ -180,6 +181,8 @@ class Worker:
                 self.side_streams.install()
             path = header["candidate"]
             self.candidate_path = path
+            if header.get("autotune_pins"):  # the tuner's config; under the clocks' hooks
+                install_pins({str(k): int(v) for k, v in header["autotune_pins"].items()})
             if header.get("clock_mode"):  # before the candidate reads a clock at import
                 self.clocks = Clocks(
                     ClockMode.parse(header["clock_mode"]),
