@@ -164,6 +164,26 @@ def test_chunk_fp32_matches_float64_oracle(case):
     assert not bad, f"relative errors above {FP32_TOL}: {bad} (all: {errors})"
 
 
+# One ulp of the output dtype (the interpreter converts fp32 to bf16 by truncation, measured:
+# up to 2^-7 relative; the GPU rounds to nearest) plus 2^-10 for the TF32 dots of 16-bit inputs.
+HALF_TOL = {torch.bfloat16: 2**-7 + 2**-10, torch.float16: 2**-10 + 2**-10}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_chunk_16bit_inputs(dtype):
+    """bf16 / fp16 inputs (g too): o and every gradient in the input's dtype, the final state
+    and dh0 in fp32, each within one output ulp of the float64 oracle on the same values.
+    Every tl.dot takes fp32 operands, so the interpreter computes these correctly."""
+    inputs = list(make_inputs(1, 20, 1, 16, 16, dtype=dtype, seed=5))
+    inputs[3] = inputs[3].to(dtype)
+    pairs = run_both(inputs, True, True)
+    assert pairs["ht"][0].dtype == torch.float32 and pairs["dh0"][0].dtype == torch.float32
+    assert pairs["o"][0].dtype == dtype and pairs["dg"][0].dtype == dtype
+    errors = {name: rel_err(x, r) for name, (x, r) in pairs.items()}
+    bad = {name: e for name, e in errors.items() if not e <= HALF_TOL[dtype]}
+    assert not bad, f"relative errors above {HALF_TOL[dtype]}: {bad} (all: {errors})"
+
+
 def test_chunk_explicit_scale_and_zero_gate():
     """g = 0 is plain DeltaNet; an explicit scale must be honoured."""
     q, k, v, g, beta, h0 = make_inputs(1, 20, 1, 16, 16, seed=7)
