@@ -8,7 +8,6 @@ import triton
 from kernelgate.kernels.gdn.chunk import _aligned, _block, _dot_precision
 from kernelgate.kernels.gla.chunk import (
     CHUNK_SIZE,
-    NUM_WARPS,
     PAIR_BLOCK_K,
     SCAN_BLOCK,
     check_recurrence_inputs,
@@ -16,15 +15,24 @@ from kernelgate.kernels.gla.chunk import (
 from kernelgate.kernels.kda.chunk_bwd import _dqk_bwd_kernel, _state_bwd_kernel, _wy_bwd_kernel
 from kernelgate.kernels.kda.chunk_fwd import _output_fwd_kernel, _state_fwd_kernel, _wy_fwd_kernel
 
-# Largest [K, BV] state tile of one scan program, in elements: the scans hold all of K (W H
-# mixes every key channel), so the V tile narrows as K grows (16 at K > 128).
-MAX_SCAN_TILE = 4096
+# Fixed launch configurations (no autotuning). 8 warps where 4 spilled registers in the
+# offline sm_90 compile at K = V = 128 (benchmarks/gla_kda_resources.py, docs/kernels/kda.md).
+NUM_WARPS = {
+    "wy_fwd": 4,
+    "state_fwd": 4,
+    "output_fwd": 8,
+    "state_bwd": 4,
+    "dqk_bwd": 4,
+    "wy_bwd": 8,
+}
+# Row tile of the scans' state reads and writes (the state lives in the chunk-state buffer).
+SCAN_ROWS = 16
 
 
-def _scan_block_v(dim_k: int, dim_v: int) -> int:
-    """V tile of the two scans: SCAN_BLOCK wide, narrower where K is large (MAX_SCAN_TILE)."""
-    k_pad = _block(dim_k, 1 << 30)
-    return _block(dim_v, min(SCAN_BLOCK, max(16, MAX_SCAN_TILE // k_pad)))
+def _round_up(dim: int, block: int) -> int:
+    """``dim`` rounded up to whole tiles: the scans' tile-loop stop, a runtime value that is
+    never 1 (Triton compiles an integer argument equal to 1 as a constant; see gdn/chunk.py)."""
+    return triton.cdiv(dim, block) * block
 
 
 def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
@@ -35,7 +43,8 @@ def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = _dot_precision(q.dtype)
     block_v = _block(dim_v, SCAN_BLOCK)
-    scan_v = _scan_block_v(dim_k, dim_v)
+    scan_v = block_v
+    scan_rows = _block(dim_k, SCAN_ROWS)
     f32 = dict(device=q.device, dtype=torch.float32)
 
     tinv = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
@@ -59,7 +68,7 @@ def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
         NK=triton.cdiv(dim_k, PAIR_BLOCK_K),
         NV=triton.cdiv(dim_v, block_v),
         PREC=prec,
-        num_warps=NUM_WARPS,
+        num_warps=NUM_WARPS["wy_fwd"],
     )
     states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
     v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
@@ -76,16 +85,17 @@ def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
         final_state if final_state is not None else states,
         seq_len,
         num_chunks,
+        _round_up(dim_k, scan_rows),
         H=heads,
         K=dim_k,
         V=dim_v,
         C=CHUNK_SIZE,
-        KP=_block(dim_k, 1 << 30),
+        RK=scan_rows,
         BV=scan_v,
         HAS_H0=h0 is not None,
         STORE_HT=final_state is not None,
         PREC=prec,
-        num_warps=NUM_WARPS,
+        num_warps=NUM_WARPS["state_fwd"],
     )
     del u
     o = torch.empty_like(v)
@@ -109,7 +119,7 @@ def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
         BV=block_v,
         NK=triton.cdiv(dim_k, PAIR_BLOCK_K),
         PREC=prec,
-        num_warps=NUM_WARPS,
+        num_warps=NUM_WARPS["output_fwd"],
     )
     return o, final_state, (tinv, w, states, v_new, scores)
 
@@ -123,7 +133,8 @@ def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = _dot_precision(q.dtype)
     block_v = _block(dim_v, SCAN_BLOCK)
-    scan_v = _scan_block_v(dim_k, dim_v)
+    scan_v = block_v
+    scan_rows = _block(dim_k, SCAN_ROWS)
     f32 = dict(device=q.device, dtype=torch.float32)
 
     d_states = torch.empty_like(states)
@@ -143,17 +154,18 @@ def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
         dh0 if dh0 is not None else d_states,
         seq_len,
         num_chunks,
+        _round_up(dim_k, scan_rows),
         scale,
         H=heads,
         K=dim_k,
         V=dim_v,
         C=CHUNK_SIZE,
-        KP=_block(dim_k, 1 << 30),
+        RK=scan_rows,
         BV=scan_v,
         HAS_DHT=dht is not None,
         STORE_DH0=dh0 is not None,
         PREC=prec,
-        num_warps=NUM_WARPS,
+        num_warps=NUM_WARPS["state_bwd"],
     )
     dq = torch.empty_like(q)
     dk_part = torch.empty(batch, seq_len, heads, dim_k, **f32)
@@ -183,7 +195,7 @@ def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
         BV=block_v,
         NV=triton.cdiv(dim_v, block_v),
         PREC=prec,
-        num_warps=NUM_WARPS,
+        num_warps=NUM_WARPS["dqk_bwd"],
     )
     dk, dv, dg, dbeta = (torch.empty_like(x) for x in (k, v, g, beta))
     _wy_bwd_kernel[(num_chunks, batch * heads)](
@@ -210,7 +222,7 @@ def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
         NK=triton.cdiv(dim_k, PAIR_BLOCK_K),
         NV=triton.cdiv(dim_v, block_v),
         PREC=prec,
-        num_warps=NUM_WARPS,
+        num_warps=NUM_WARPS["wy_bwd"],
     )
     return dq, dk, dv, dg, dbeta, dh0
 

@@ -18,10 +18,11 @@ Reverse-mode derivation, per chunk with entering state H, upstream gradients dO 
   valid step ``exp(G_L) * rowsum(H * dH_next) + sum_j k_j * dK_state_j``;
   ``dg_t = sum_{i >= t in chunk} dG_i``.
 
-Three kernels: ``_state_bwd_kernel`` (reverse scan, grid (V tiles, batch*head), whole-K state
-gradient tile; stores dH_next per chunk and dVn), ``_dqk_bwd_kernel`` (grid (K tiles, chunks,
-batch*head): dq, the output/state part of dk and of dG, dW) and ``_wy_bwd_kernel`` (grid
-(chunks, batch*head): the WY part; finishes dk, dv, dbeta, dg). Partial results go through
+Three kernels: ``_state_bwd_kernel`` (reverse scan, grid (V tiles, batch*head), all of K,
+the state gradient in its chunk buffer; stores dH_next per chunk and dVn),
+``_dqk_bwd_kernel`` (grid (K tiles, chunks, batch*head): dq, the output/state part of dk and
+of dG, dW) and ``_wy_bwd_kernel`` (grid (chunks, batch*head): the WY part; finishes dk, dv,
+dbeta, dg). Partial results go through
 fp32 buffers, never atomics: bitwise reproducible.
 """
 
@@ -33,7 +34,7 @@ import triton.language as tl
 from kernelgate.kernels.gla.chunk_fwd import _gate_cumsum, _load_tile, _pair_decay
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NT", "K_END"])  # a loop count of 1 must stay a loop
 def _state_bwd_kernel(
     q_ptr,
     k_ptr,
@@ -47,55 +48,139 @@ def _state_bwd_kernel(
     dh0_ptr,  # outputs (fp32)
     T,
     NT,
+    K_END,
     scale,
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
     C: tl.constexpr,
-    KP: tl.constexpr,
+    RK: tl.constexpr,
     BV: tl.constexpr,
     HAS_DHT: tl.constexpr,
     STORE_DH0: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """Reverse scan for one (V tile, batch*head): stores dH_next of every chunk and dVn."""
+    """Reverse scan for one (V tile, batch*head): stores dH_next of every chunk and dVn.
+    Like the forward scan, the state gradient lives in its chunk buffer, read and written in
+    row tiles of RK, with a CTA barrier between steps."""
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = (i_bh // H).to(tl.int64)
     i_h = i_bh % H
     o_c = tl.arange(0, C)
-    o_k = tl.arange(0, KP)
+    o_rk = tl.arange(0, RK)
     o_v = i_v * BV + tl.arange(0, BV)
-    m_k = o_k < K
     m_v = o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    kv_off = o_k[:, None] * V + o_v[None, :]
 
-    d_state = tl.zeros([KP, BV], dtype=tl.float32)
-    if HAS_DHT:
-        d_state += tl.load(dht_ptr + i_bh.to(tl.int64) * K * V + kv_off, mask=m_kv, other=0.0)
+    for k0 in range(0, K_END, RK):  # dH_next of the last chunk: d final state or zeros
+        o_k = k0 + o_rk
+        m_kv = (o_k < K)[:, None] & m_v[None, :]
+        kv_off = o_k[:, None] * V + o_v[None, :]
+        tile = tl.zeros([RK, BV], dtype=tl.float32)
+        if HAS_DHT:
+            tile += tl.load(dht_ptr + i_bh.to(tl.int64) * K * V + kv_off, mask=m_kv, other=0.0)
+        tl.store(dh_ptr + ((i_b * NT + NT - 1) * H + i_h) * K * V + kv_off, tile, mask=m_kv)
+    tl.debug_barrier()
     for step in range(0, NT):
         i_n = NT - 1 - step
-        tl.store(dh_ptr + ((i_b * NT + i_n) * H + i_h) * K * V + kv_off, d_state, mask=m_kv)
         t_idx = i_n * C + o_c
         m_t = t_idx < T
         row = (i_b * T + t_idx) * H + i_h
-        g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        scores = _load_tile(scores_ptr, row, m_t, o_c, C)
+        dh_base = dh_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
         b_do = _load_tile(do_ptr, row, m_t, o_v, V)
-        k_decay = _load_tile(k_ptr, row, m_t, o_k, K) * tl.exp(
-            (g_last[None, :] - g_cum).to(tl.float32)
-        )
+        scores = _load_tile(scores_ptr, row, m_t, o_c, C)
         b_dvn = tl.dot(tl.trans(scores), b_do, input_precision=PREC) * scale
-        b_dvn += tl.dot(k_decay, d_state, input_precision=PREC)
+        for k0 in range(0, K_END, RK):
+            o_k = k0 + o_rk
+            m_k = o_k < K
+            g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
+            k_decay = _load_tile(k_ptr, row, m_t, o_k, K) * tl.exp(
+                (g_last[None, :] - g_cum).to(tl.float32)
+            )
+            b_dh = tl.load(
+                dh_base + o_k[:, None] * V + o_v[None, :],
+                mask=m_k[:, None] & m_v[None, :],
+                other=0.0,
+            )
+            b_dvn += tl.dot(k_decay, b_dh, input_precision=PREC)
         tl.store(dvn_ptr + row[:, None] * V + o_v[None, :], b_dvn, mask=m_t[:, None] & m_v[None, :])
+        if i_n > 0:
+            _state_bwd_step(
+                q_ptr,
+                g_ptr,
+                w_ptr,
+                dh_base,
+                dh_base - H * K * V,
+                b_do,
+                b_dvn,
+                row,
+                m_t,
+                o_v,
+                K_END,
+                scale,
+                K,
+                V,
+                C,
+                RK,
+                PREC,
+            )
+        elif STORE_DH0:
+            _state_bwd_step(
+                q_ptr,
+                g_ptr,
+                w_ptr,
+                dh_base,
+                dh0_ptr + i_bh.to(tl.int64) * K * V,
+                b_do,
+                b_dvn,
+                row,
+                m_t,
+                o_v,
+                K_END,
+                scale,
+                K,
+                V,
+                C,
+                RK,
+                PREC,
+            )
+
+
+@triton.jit
+def _state_bwd_step(
+    q_ptr,
+    g_ptr,
+    w_ptr,
+    src,
+    dst,
+    b_do,
+    b_dvn,
+    row,
+    m_t,
+    o_v,
+    K_END,
+    scale,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    RK: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """dst = diag(exp(G_L)) src + scale (Q * exp(G))^T dO - W^T dVn, in row tiles of RK;
+    ends with a CTA barrier."""
+    for k0 in range(0, K_END, RK):
+        o_k = k0 + tl.arange(0, RK)
+        m_k = o_k < K
+        m_kv = m_k[:, None] & (o_v < V)[None, :]
+        kv_off = o_k[:, None] * V + o_v[None, :]
+        g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
         b_q = _load_tile(q_ptr, row, m_t, o_k, K) * tl.exp(g_cum.to(tl.float32))
         b_w = _load_tile(w_ptr, row, m_t, o_k, K)
-        d_state = d_state * tl.exp(g_last.to(tl.float32))[:, None]
-        d_state += tl.dot(tl.trans(b_q), b_do, input_precision=PREC) * scale
-        d_state -= tl.dot(tl.trans(b_w), b_dvn, input_precision=PREC)
-    if STORE_DH0:
-        tl.store(dh0_ptr + i_bh.to(tl.int64) * K * V + kv_off, d_state, mask=m_kv)
+        b_dh = tl.load(src + kv_off, mask=m_kv, other=0.0) * tl.exp(g_last.to(tl.float32))[:, None]
+        b_dh += tl.dot(tl.trans(b_q), b_do, input_precision=PREC) * scale
+        b_dh -= tl.dot(tl.trans(b_w), b_dvn, input_precision=PREC)
+        tl.store(dst + kv_off, b_dh, mask=m_kv)
+    tl.debug_barrier()
 
 
 @triton.jit

@@ -14,9 +14,10 @@ channel c; ``G``, ``G_L`` as in gla/chunk_fwd.py (float64 cumulative gates per c
 
 Three kernels: ``_wy_fwd_kernel`` (one program per (chunk, batch*head): M, Tinv by forward
 substitution, W, U), ``_state_fwd_kernel`` (the only sequential part: one program per
-(V tile, batch*head) with the whole [K, BV] state tile, since W H mixes all key channels;
-stores every chunk's entering state and Vn) and ``_output_fwd_kernel`` (one program per
-(V tile, chunk, batch*head); the V-tile-0 programs also store P for the backward).
+(V tile, batch*head) covering all of K, since W H mixes all key channels; the state goes
+through the chunk-state buffer, not registers; stores every chunk's entering state and Vn)
+and ``_output_fwd_kernel`` (one program per (V tile, chunk, batch*head); the V-tile-0
+programs also store P for the backward).
 
 Decays cannot overflow for the same reason as in GLA: every factor is ``exp(fp32(G_ic - G_jc))``
 with the difference in float64, formed only where j <= i or relative to the chunk's first or
@@ -99,7 +100,7 @@ def _wy_fwd_kernel(
         )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NT", "K_END"])  # a loop count of 1 must stay a loop
 def _state_fwd_kernel(
     k_ptr,
     g_ptr,
@@ -111,49 +112,127 @@ def _state_fwd_kernel(
     ht_ptr,  # outputs (fp32)
     T,
     NT,
+    K_END,
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
     C: tl.constexpr,
-    KP: tl.constexpr,
+    RK: tl.constexpr,
     BV: tl.constexpr,
     HAS_H0: tl.constexpr,
     STORE_HT: tl.constexpr,
     PREC: tl.constexpr,
 ):
     """Sequential scan over chunks for one (V tile, batch*head): Vn = U - W H_n,
-    H_{n+1} = diag(exp(G_L)) H_n + (K * exp(G_L - G))^T Vn. ``KP`` covers all of K."""
+    H_{n+1} = diag(exp(G_L)) H_n + (K * exp(G_L - G))^T Vn.
+
+    W H_n mixes all key channels, so the program covers all of K. The state lives in the
+    chunk-state buffer, not in registers (a whole [K, BV] fp32 tile spills on sm_90 at
+    K = 128): step n reads H_n in row tiles of RK for Vn, then writes H_{n+1} tile by tile;
+    a CTA barrier orders the steps (gdn's scans do the same, see gdn/chunk_fwd.py)."""
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = (i_bh // H).to(tl.int64)
     i_h = i_bh % H
     o_c = tl.arange(0, C)
-    o_k = tl.arange(0, KP)
+    o_rk = tl.arange(0, RK)
     o_v = i_v * BV + tl.arange(0, BV)
-    m_k = o_k < K
     m_v = o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    kv_off = o_k[:, None] * V + o_v[None, :]
 
-    state = tl.zeros([KP, BV], dtype=tl.float32)
-    if HAS_H0:
-        state += tl.load(h0_ptr + i_bh.to(tl.int64) * K * V + kv_off, mask=m_kv, other=0.0)
+    for k0 in range(0, K_END, RK):  # H_0: the initial state or zeros
+        o_k = k0 + o_rk
+        m_kv = (o_k < K)[:, None] & m_v[None, :]
+        kv_off = o_k[:, None] * V + o_v[None, :]
+        tile = tl.zeros([RK, BV], dtype=tl.float32)
+        if HAS_H0:
+            tile += tl.load(h0_ptr + i_bh.to(tl.int64) * K * V + kv_off, mask=m_kv, other=0.0)
+        tl.store(h_ptr + (i_b * NT * H + i_h) * K * V + kv_off, tile, mask=m_kv)
+    tl.debug_barrier()
     for i_n in range(0, NT):
-        tl.store(h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V + kv_off, state, mask=m_kv)
         t_idx = i_n * C + o_c
         m_t = t_idx < T
         row = (i_b * T + t_idx) * H + i_h
-        b_w = _load_tile(w_ptr, row, m_t, o_k, K)
-        b_vn = _load_tile(u_ptr, row, m_t, o_v, V) - tl.dot(b_w, state, input_precision=PREC)
+        h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
+        acc = tl.zeros([C, BV], dtype=tl.float32)
+        for k0 in range(0, K_END, RK):
+            o_k = k0 + o_rk
+            b_w = _load_tile(w_ptr, row, m_t, o_k, K)
+            b_h = tl.load(
+                h_base + o_k[:, None] * V + o_v[None, :],
+                mask=(o_k < K)[:, None] & m_v[None, :],
+                other=0.0,
+            )
+            acc += tl.dot(b_w, b_h, input_precision=PREC)
+        b_vn = _load_tile(u_ptr, row, m_t, o_v, V) - acc
         tl.store(vn_ptr + row[:, None] * V + o_v[None, :], b_vn, mask=m_t[:, None] & m_v[None, :])
+        if i_n + 1 < NT:
+            _state_step(
+                k_ptr,
+                g_ptr,
+                h_base,
+                h_base + H * K * V,
+                b_vn,
+                row,
+                m_t,
+                o_v,
+                K_END,
+                K,
+                V,
+                C,
+                RK,
+                PREC,
+            )
+        elif STORE_HT:
+            _state_step(
+                k_ptr,
+                g_ptr,
+                h_base,
+                ht_ptr + i_bh.to(tl.int64) * K * V,
+                b_vn,
+                row,
+                m_t,
+                o_v,
+                K_END,
+                K,
+                V,
+                C,
+                RK,
+                PREC,
+            )
+
+
+@triton.jit
+def _state_step(
+    k_ptr,
+    g_ptr,
+    h_src,
+    h_dst,
+    b_vn,
+    row,
+    m_t,
+    o_v,
+    K_END,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    RK: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """h_dst = diag(exp(G_L)) h_src + (K * exp(G_L - G))^T Vn, in row tiles of RK (the
+    gates of each tile summed on the spot); ends with a CTA barrier."""
+    for k0 in range(0, K_END, RK):
+        o_k = k0 + tl.arange(0, RK)
+        m_k = o_k < K
+        m_kv = m_k[:, None] & (o_v < V)[None, :]
+        kv_off = o_k[:, None] * V + o_v[None, :]
         g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
         k_decay = _load_tile(k_ptr, row, m_t, o_k, K) * tl.exp(
             (g_last[None, :] - g_cum).to(tl.float32)
         )
-        state = state * tl.exp(g_last.to(tl.float32))[:, None]
-        state += tl.dot(tl.trans(k_decay), b_vn, input_precision=PREC)
-    if STORE_HT:
-        tl.store(ht_ptr + i_bh.to(tl.int64) * K * V + kv_off, state, mask=m_kv)
+        b_h = tl.load(h_src + kv_off, mask=m_kv, other=0.0) * tl.exp(g_last.to(tl.float32))[:, None]
+        b_h += tl.dot(tl.trans(k_decay), b_vn, input_precision=PREC)
+        tl.store(h_dst + kv_off, b_h, mask=m_kv)
+    tl.debug_barrier()
 
 
 @triton.jit
