@@ -7,6 +7,7 @@ and the ``gpu`` tests add bf16 at the benchmark shape and bitwise determinism.
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -213,7 +214,20 @@ def test_chunk_strong_decays_stay_finite_and_as_accurate_as_fp32_recurrence():
 
 # --------------------------------------------------------------------------- GPU only
 
-BF16_TOL = 3.3e-3
+# TF32 allowance: 16-bit inputs run TF32 dots, whose fp32 operands (scores, states, decayed
+# keys) are rounded to 10 mantissa bits (2^-11 each; two such roundings).
+TF32_ALLOWANCE = 2**-10
+
+
+def rounding_bound(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative error (to max|ref|) of rounding the largest element to x's dtype: half an ulp
+    of max|ref|, between 2^-9 and 2^-8 for bf16 depending on where max|ref| sits in its binade
+    (a fixed 3.3e-3 would fail whenever it sits in the lowest fifth), plus TF32_ALLOWANCE."""
+    peak = ref.double().abs().max().item()
+    half_ulp = 2.0 ** math.floor(math.log2(peak)) * torch.finfo(x.dtype).eps / 2
+    return half_ulp / peak + TF32_ALLOWANCE
+
+
 BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)
 
 
@@ -221,13 +235,14 @@ BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     """bf16 at B=2, T=4096, H=16, K=V=128; the oracle runs in float64 on the GPU from the
-    same bf16-rounded values. Bound: the bf16 rounding of the outputs (2^-9 of the largest)
-    plus TF32 rounding of the fp32 scores and states inside the dots."""
+    same bf16-rounded values. Bound per output: half an ulp of its largest element in its
+    dtype plus the TF32 allowance (rounding_bound)."""
     pairs = run_both(make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=42), True, True)
     errors = {name: rel_err(x, r) for name, (x, r) in pairs.items()}
+    bounds = {name: rounding_bound(x, r) for name, (x, r) in pairs.items()}
     print("GLA bf16 relative errors:", {n: f"{e:.2e}" for n, e in errors.items()})
-    bad = {name: e for name, e in errors.items() if not e <= BF16_TOL}
-    assert not bad, f"relative errors above {BF16_TOL}: {bad} (all: {errors})"
+    bad = {name: (e, bounds[name]) for name, e in errors.items() if not e <= bounds[name]}
+    assert not bad, f"(relative error, bound) over the bound: {bad} (all: {errors})"
 
 
 @pytest.mark.gpu
