@@ -1,0 +1,40 @@
+"""KernelBench-style reference: gated linear attention (GLA), one time step at a time.
+
+Per batch b and head h, with state S of shape [K, V] starting at zero and a per-key-channel
+log decay g_t of shape [K]:
+    S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T;  o_t = S_t^T (q_t / sqrt(K))
+T = 130 is deliberately not a multiple of the 16-step chunks our chunked kernel uses.
+"""
+
+import torch
+import torch.nn as nn
+
+batch_size = 2
+seq_len = 130
+num_heads = 2
+head_dim_k = 32
+head_dim_v = 32
+
+
+class Model(nn.Module):
+    def forward(self, q, k, v, g):
+        batch, steps, heads, dim_k = q.shape
+        state = q.new_zeros(batch, heads, dim_k, v.shape[-1])
+        outputs = []
+        for t in range(steps):
+            state = state * g[:, t].exp()[..., None] + k[:, t][..., :, None] * v[:, t][..., None, :]
+            outputs.append(torch.einsum("bhk,bhkv->bhv", q[:, t] * dim_k**-0.5, state))
+        return torch.stack(outputs, dim=1)
+
+
+def get_inputs():
+    shape = (batch_size, seq_len, num_heads)
+    q = torch.randn(*shape, head_dim_k)
+    k = torch.randn(*shape, head_dim_k) * head_dim_k**-0.5
+    v = torch.randn(*shape, head_dim_v)
+    g = torch.nn.functional.logsigmoid(torch.randn(*shape, head_dim_k))
+    return [q, k, v, g]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,300 @@
+"""Autograd wrapper and launch logic for the chunked KDA kernels."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from kernelgate.kernels.gdn.chunk import _aligned, _block, _dot_precision
+from kernelgate.kernels.gla.chunk import (
+    CHUNK_SIZE,
+    PAIR_BLOCK_K,
+    SCAN_BLOCK,
+    check_recurrence_inputs,
+)
+from kernelgate.kernels.kda.chunk_bwd import _dqk_bwd_kernel, _state_bwd_kernel, _wy_bwd_kernel
+from kernelgate.kernels.kda.chunk_fwd import _output_fwd_kernel, _state_fwd_kernel, _wy_fwd_kernel
+
+# Fixed launch configurations (no autotuning). 8 warps where 4 spilled registers in the
+# offline sm_90 compile at K = V = 128 (benchmarks/gla_kda_resources.py, docs/kernels/kda.md).
+NUM_WARPS = {
+    "wy_fwd": 4,
+    "state_fwd": 4,
+    "output_fwd": 8,
+    "state_bwd": 4,
+    "dqk_bwd": 4,
+    "wy_bwd": 8,
+}
+# Row tile of the scans' state reads and writes (the state lives in the chunk-state buffer).
+SCAN_ROWS = 16
+
+
+def _round_up(dim: int, block: int) -> int:
+    """``dim`` rounded up to whole tiles: the scans' tile-loop stop, a runtime value that is
+    never 1 (Triton compiles an integer argument equal to 1 as a constant; see gdn/chunk.py)."""
+    return triton.cdiv(dim, block) * block
+
+
+def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
+    """Launch the WY, scan and output kernels; returns o, the final state and what the
+    backward reads (Tinv, W, chunk states, Vn, P)."""
+    batch, seq_len, heads, dim_k = q.shape
+    dim_v = v.shape[-1]
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    prec = _dot_precision(q.dtype)
+    block_v = _block(dim_v, SCAN_BLOCK)
+    scan_v = block_v
+    scan_rows = _block(dim_k, SCAN_ROWS)
+    f32 = dict(device=q.device, dtype=torch.float32)
+
+    tinv = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    w = torch.empty(batch, seq_len, heads, dim_k, **f32)
+    u = torch.empty(batch, seq_len, heads, dim_v, **f32)
+    _wy_fwd_kernel[(num_chunks, batch * heads)](
+        k,
+        v,
+        g,
+        beta,
+        tinv,
+        w,
+        u,
+        seq_len,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        BK=PAIR_BLOCK_K,
+        BV=block_v,
+        NK=triton.cdiv(dim_k, PAIR_BLOCK_K),
+        NV=triton.cdiv(dim_v, block_v),
+        PREC=prec,
+        num_warps=NUM_WARPS["wy_fwd"],
+    )
+    states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
+    v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
+    final_state = torch.empty(batch, heads, dim_k, dim_v, **f32) if output_final_state else None
+    h0 = _aligned(initial_state.float()) if initial_state is not None else None
+    _state_fwd_kernel[(triton.cdiv(dim_v, scan_v), batch * heads)](
+        k,
+        g,
+        w,
+        u,
+        h0 if h0 is not None else states,
+        states,
+        v_new,
+        final_state if final_state is not None else states,
+        seq_len,
+        num_chunks,
+        _round_up(dim_k, scan_rows),
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        RK=scan_rows,
+        BV=scan_v,
+        HAS_H0=h0 is not None,
+        STORE_HT=final_state is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["state_fwd"],
+    )
+    del u
+    o = torch.empty_like(v)
+    scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    _output_fwd_kernel[(triton.cdiv(dim_v, block_v), num_chunks, batch * heads)](
+        q,
+        k,
+        g,
+        states,
+        v_new,
+        o,
+        scores,
+        seq_len,
+        num_chunks,
+        scale,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        BK=PAIR_BLOCK_K,
+        BV=block_v,
+        NK=triton.cdiv(dim_k, PAIR_BLOCK_K),
+        PREC=prec,
+        num_warps=NUM_WARPS["output_fwd"],
+    )
+    return o, final_state, (tinv, w, states, v_new, scores)
+
+
+def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
+    """Launch the reverse scan, the dq/dk and the WY backward kernels; returns dq, dk, dv,
+    dg, dbeta, dh0."""
+    tinv, w, states, v_new, scores = saved
+    batch, seq_len, heads, dim_k = q.shape
+    dim_v = v.shape[-1]
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    prec = _dot_precision(q.dtype)
+    block_v = _block(dim_v, SCAN_BLOCK)
+    scan_v = block_v
+    scan_rows = _block(dim_k, SCAN_ROWS)
+    f32 = dict(device=q.device, dtype=torch.float32)
+
+    d_states = torch.empty_like(states)
+    d_v_new = torch.empty_like(v_new)
+    dh0 = torch.empty(batch, heads, dim_k, dim_v, **f32) if has_initial_state else None
+    dht = _aligned(dht.float()) if dht is not None else None
+    _state_bwd_kernel[(triton.cdiv(dim_v, scan_v), batch * heads)](
+        q,
+        k,
+        g,
+        w,
+        scores,
+        do,
+        dht if dht is not None else d_states,
+        d_states,
+        d_v_new,
+        dh0 if dh0 is not None else d_states,
+        seq_len,
+        num_chunks,
+        _round_up(dim_k, scan_rows),
+        scale,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        RK=scan_rows,
+        BV=scan_v,
+        HAS_DHT=dht is not None,
+        STORE_DH0=dh0 is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["state_bwd"],
+    )
+    dq = torch.empty_like(q)
+    dk_part = torch.empty(batch, seq_len, heads, dim_k, **f32)
+    dg_part = torch.empty_like(dk_part)
+    dw = torch.empty_like(dk_part)
+    _dqk_bwd_kernel[(triton.cdiv(dim_k, PAIR_BLOCK_K), num_chunks, batch * heads)](
+        q,
+        k,
+        g,
+        states,
+        d_states,
+        v_new,
+        d_v_new,
+        do,
+        dq,
+        dk_part,
+        dg_part,
+        dw,
+        seq_len,
+        num_chunks,
+        scale,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        BK=PAIR_BLOCK_K,
+        BV=block_v,
+        NV=triton.cdiv(dim_v, block_v),
+        PREC=prec,
+        num_warps=NUM_WARPS["dqk_bwd"],
+    )
+    dk, dv, dg, dbeta = (torch.empty_like(x) for x in (k, v, g, beta))
+    _wy_bwd_kernel[(num_chunks, batch * heads)](
+        k,
+        v,
+        g,
+        beta,
+        tinv,
+        dw,
+        d_v_new,
+        dk_part,
+        dg_part,
+        dk,
+        dv,
+        dg,
+        dbeta,
+        seq_len,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        BK=PAIR_BLOCK_K,
+        BV=block_v,
+        NK=triton.cdiv(dim_k, PAIR_BLOCK_K),
+        NV=triton.cdiv(dim_v, block_v),
+        PREC=prec,
+        num_warps=NUM_WARPS["wy_bwd"],
+    )
+    return dq, dk, dv, dg, dbeta, dh0
+
+
+class ChunkKDAFunction(torch.autograd.Function):
+    """Forward saves the chunk intermediates (fp32 Tinv, W, chunk states, deltas and masked
+    scores) so the backward recomputes nothing sequential except its own reverse scan."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, scale, initial_state, output_final_state):
+        o, final_state, saved = chunk_kda_fwd(
+            q, k, v, g, beta, scale, initial_state, output_final_state
+        )
+        ctx.save_for_backward(q, k, v, g, beta, *saved)
+        ctx.scale = scale
+        ctx.initial_state_dtype = initial_state.dtype if initial_state is not None else None
+        return o, final_state
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        q, k, v, g, beta, *saved = ctx.saved_tensors
+        has_h0 = ctx.initial_state_dtype is not None
+        dq, dk, dv, dg, dbeta, dh0 = chunk_kda_bwd(
+            q, k, v, g, beta, ctx.scale, has_h0, saved, _aligned(do), dht
+        )
+        if dh0 is not None:
+            dh0 = dh0.to(ctx.initial_state_dtype)
+        return dq, dk, dv, dg, dbeta, None, dh0, None
+
+
+def chunk_kda(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Kimi Delta Attention, chunked (chunk size 16), forward and backward in Triton.
+
+    ``S_t = (I - beta_t k_t k_t^T) diag(exp(g_t)) S_{t-1} + beta_t k_t v_t^T``,
+    ``o_t = S_t^T (scale q_t)``: gdn's gated delta rule with a per-key-channel decay.
+
+    Args:
+        q, k: [B, T, H, K] (K <= 256). v: [B, T, H, V]. g: [B, T, H, K], the per-key-channel
+            log decay. beta: [B, T, H]. fp32, fp16 or bf16; the state and all accumulation
+            are fp32. Safe range of g: any finite g <= 0 (every decay factor formed is then
+            <= 1); positive g only while one chunk's sum stays below 88 (g < 5.5 per step).
+            The recurrence itself is stable while beta |k|^2 <= 2 (models normalise k). The
+            contract (examples/kda/contract.toml) admits g in [-20, 0], beta in [0, 1] and
+            |k_i| <= 1/16.
+        scale: query scale, K ** -0.5 by default.
+        initial_state: optional [B, H, K, V] state entering step 0 (used in fp32).
+        output_final_state: also return the state after the last step.
+
+    Returns:
+        (o, final_state): o [B, T, H, V] in v's dtype; final_state [B, H, K, V] fp32, or None
+        when ``output_final_state`` is False. Differentiable in q, k, v, g, beta and
+        initial_state; deterministic (no atomics, fixed launch configurations).
+    """
+    batch_time_heads = tuple(q.shape[:3])
+    check_recurrence_inputs(
+        "chunk_kda",
+        q,
+        k,
+        v,
+        {"g": (g, tuple(q.shape)), "beta": (beta, batch_time_heads)},
+        initial_state,
+    )
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    q, k, v, g, beta = (_aligned(x) for x in (q, k, v, g, beta))
+    return ChunkKDAFunction.apply(q, k, v, g, beta, float(scale), initial_state, output_final_state)
