@@ -258,6 +258,8 @@ def verify_command(
         )
     # Every worker of the verification, and whatever its candidate left running, is gone
     # now (``worker_tree_settled``): nothing of the candidate's can rewrite the evidence.
+    if json_out is not None:
+        point_replays_at(verdict, json_out)
     console.print(gate_table(verdict))
     if verdict.perf is not None:
         print_perf(verdict.perf)
@@ -306,6 +308,79 @@ def verify_command(
             soft_wrap=True,
         )
     raise typer.Exit(EXIT_CODES[verdict.verdict])
+
+
+def point_replays_at(verdict: Verdict, evidence: Path) -> None:
+    """Each counterexample's ``replay`` becomes ``kernelgate replay EVIDENCE --gate G`` (its
+    stored case, bit for bit); the verify command that re-runs the whole gate stays beside
+    it as ``verify`` (docs/evidence.md)."""
+    from kernelgate.replay import replay_command
+
+    for gate in verdict.gates:
+        cx = gate.counterexample
+        if cx is None or cx.verify is not None:
+            continue
+        cx.verify, cx.replay = cx.replay, replay_command(evidence, gate.id)
+        if cx.shrunk is not None:
+            cx.shrunk["replay"] = replay_command(evidence, gate.id, shrunk=True)
+
+
+@command("replay")
+def replay_cli(
+    evidence: Annotated[Path, typer.Argument(help="a verdict's evidence (verify --json)")],
+    gate: Annotated[
+        list[str] | None,
+        typer.Option("--gate", help="replay this failed gate only (repeatable; default: all)"),
+    ] = None,
+    shrunk: Annotated[
+        bool,
+        typer.Option("--shrunk", help="replay the stored shrunk case (counterexample.shrunk)"),
+    ] = False,
+    allow_changed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-changed",
+            help="replay even though the reference or candidate no longer has the SHA-256 the "
+            "evidence holds (said in the output)",
+        ),
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", min=1.0, help="seconds one call may take (default: stored)"),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the replay report here")
+    ] = None,
+) -> None:
+    """Re-run the failing gates of a saved verdict from its evidence and compare each failure
+    with the stored one, bit for bit. Exit 1: still fails; 0: no longer fails; 2: bad input."""
+    from kernelgate.audit.settled import worker_tree_settled
+    from kernelgate.replay import GONE, REPRODUCED, replay
+
+    with worker_tree_settled(), work_progress(errors, "replay") as progress:
+        progress.add_task("replaying", total=None)
+        report = replay(
+            evidence, gate or (), shrunk=shrunk, allow_changed=allow_changed, timeout=timeout
+        )
+    for entry in report.changed:
+        console.print(f"[yellow]changed since the verdict[/] (--allow-changed): {entry}")
+    for result in report.gates:
+        style = {REPRODUCED: "bold red", GONE: "bold green"}.get(result.outcome, "bold yellow")
+        console.print(
+            f"{result.gate}: [{style}]{result.outcome}[/] ({result.how}): {escape(result.reason)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for line in result.differences:
+            console.print(f"  differs: {escape(line)}", highlight=False, soft_wrap=True)
+    if json_out is not None:
+        json_out.write_text(report.to_json())
+    console.print(
+        f"replay: {'still fails' if report.still_fails else 'no longer fails'} "
+        f"in {report.seconds:.1f} s",
+        highlight=False,
+    )
+    raise typer.Exit(1 if report.still_fails else 0)
 
 
 def print_perf(report: dict[str, Any]) -> None:

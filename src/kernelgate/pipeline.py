@@ -112,6 +112,7 @@ def verify(
     problem: Problem | None = None,
     perf: PerfOptions | None = None,
     min_authored_share: float | None = None,
+    focus: dict[str, str] | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -149,6 +150,8 @@ def verify(
     ``min_authored_share``: AUTH-01 in force with this minimum share of device time in the
     candidate's own kernels (sandbox/authorship.py); None: the rule is off (the verdict's
     ``authorship`` evidence is measured all the same).
+    ``focus``: gate id -> the label of the one case that gate runs (``kernelgate.replay``
+    re-running a stored counterexample); gates whose cases depend on each other run whole.
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -236,6 +239,7 @@ def verify(
                 sanitize=sanitize,
                 trace=trace,
             )
+            ctx.focus = dict(focus or {})
             finished: dict[str, GateResult] = {}
             if journal is not None:
                 finished, ctx.incidents, ctx.halted = journal.load()
@@ -310,6 +314,12 @@ def verify(
         authorship=authorship,
         reference_sha256=program.sha256,
         candidate_sha256=hashlib.sha256(candidate_source.encode()).hexdigest(),
+        judged_with={
+            "command": replay,
+            "only": list(only) if only else None,
+            "timeout": timeout,
+            "compile_timeout": compile_timeout,
+        },
     )
 
 

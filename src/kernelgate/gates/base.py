@@ -88,6 +88,13 @@ class Counterexample(Serializable):
     inputs: list[dict[str, Any]]
     findings: list[dict[str, Any]]
     replay: str
+    # The ``kernelgate verify ... --only G --seed S`` command that re-runs the whole gate;
+    # set where ``replay`` became ``kernelgate replay EVIDENCE --gate G`` (an evidence file
+    # was written: cli.py), None otherwise (``replay`` is that command then).
+    verify: str | None = None
+    # The failing case reduced along the contract's dims and values (``kernelgate.shrink``),
+    # or None: not shrunk (turned off, a gate without a single-case judgement, ...).
+    shrunk: dict[str, Any] | None = None
 
 
 @dataclass
@@ -231,6 +238,10 @@ class GateContext:
         self.session = session
         self.seed = seed
         self.replay_argv = replay
+        # A replay (``kernelgate.replay``) focused on one stored case per gate: gate id ->
+        # that case's label. A gate with independent cases skips the others
+        # (``focused_out``); their seeds stay what they were, since each is drawn by index.
+        self.focus: dict[str, str] = {}
         self.incidents: list[Incident] = []
         # every traced call's loads and stores under the interpreter, for RES-01
         self.access = AccessLog()
@@ -393,6 +404,11 @@ class GateContext:
             yield
         finally:
             self.trace(f"{name} {time.monotonic() - started:.1f} s")
+
+    def focused_out(self, gate_id: str, label: str) -> bool:
+        """Whether a replay focused on another case of ``gate_id`` skips case ``label``."""
+        wanted = self.focus.get(gate_id)
+        return wanted is not None and label != wanted
 
     def replay(self, gate_id: str) -> str:
         return shlex.join([*self.replay_argv, "--only", gate_id, "--seed", str(self.seed)])

@@ -72,6 +72,8 @@ class NonFiniteGate(Gate):
             holders = {i for i in targets if holds(ctx.template[i].dtype, kind)}
             if not holders:
                 continue
+            if ctx.focused_out(self.id, trial_label(kind, density)):  # a replay of another
+                continue
             run_trials.append(trial_label(kind, density).removeprefix("inject="))
             seed = ctx.case_seed(self.id, index)
             case = ctx.drawn_case(trial_label(kind, density), seed)

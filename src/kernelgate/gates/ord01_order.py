@@ -93,6 +93,8 @@ class OrderGate(Gate):
         per_pattern: dict[str, Any] = {}
         worst, params = 0.0, {}
         for index, pattern in enumerate(PATTERNS):
+            if ctx.focused_out(self.id, f"pattern={pattern}"):  # a replay of another case
+                continue
             seed = ctx.case_seed(self.id, index)
             case = ctx.drawn_case(f"pattern={pattern}", seed)
             case.values = [
