@@ -27,6 +27,7 @@ from kernelgate.gates.base import GateResult, Status
 from kernelgate.progress import work_progress
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.confine import summary_line
+from kernelgate.shrink import ShrinkOptions
 from kernelgate.verdict import Outcome, Verdict
 
 app = typer.Typer(
@@ -216,6 +217,21 @@ def verify_command(
     perf_trials: PerfTrialsOption = 0,
     min_authored_share: MinAuthoredShareOption = None,
     no_authorship_rule: NoAuthorshipRuleOption = False,
+    no_shrink: Annotated[
+        bool,
+        typer.Option(
+            "--no-shrink",
+            help="keep failing cases as found (no counterexample.shrunk; docs/usage.md)",
+        ),
+    ] = False,
+    shrink_calls: Annotated[
+        int,
+        typer.Option("--shrink-calls", min=1, help="candidate calls shrinking may make in all"),
+    ] = ShrinkOptions.max_calls,
+    shrink_seconds: Annotated[
+        float,
+        typer.Option("--shrink-seconds", min=0.0, help="seconds shrinking may take in all"),
+    ] = ShrinkOptions.max_seconds,
 ) -> None:
     """Verify CANDIDATE against REFERENCE and print the gates and the verdict (with --json,
     the evidence's SHA-256 too: `sha256sum FILE` must print the same; docs/security.md)."""
@@ -255,6 +271,7 @@ def verify_command(
             perf=PerfOptions(trials=perf_trials) if perf else None,
             # off unless asked: a plain pair need not be a kernel-writing task
             min_authored_share=None if no_authorship_rule else min_authored_share,
+            shrink=None if no_shrink else ShrinkOptions(shrink_calls, shrink_seconds),
         )
     # Every worker of the verification, and whatever its candidate left running, is gone
     # now (``worker_tree_settled``): nothing of the candidate's can rewrite the evidence.

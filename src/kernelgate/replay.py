@@ -36,7 +36,7 @@ from typing import Any
 
 from kernelgate.errors import KernelgateError
 from kernelgate.gates import GATE_IDS
-from kernelgate.serde import Serializable
+from kernelgate.serde import Serializable, to_jsonable
 from kernelgate.verdict import VERDICT_SCHEMA, Verdict
 
 # Fields of a counterexample that must come back equal for a failure to be "the same".
@@ -182,21 +182,23 @@ def judged_with(evidence: dict[str, Any]) -> JudgedWith:
     return judged
 
 
-def comparable(gate: dict[str, Any]) -> dict[str, Any]:
+def comparable(gate: dict[str, Any], fields: Sequence[str] = COMPARED_FIELDS) -> dict[str, Any]:
     """What must come back equal: the reason and the counterexample's case, seed, inputs
     and findings (JSON form: NaN as "nan", tuples as lists)."""
     cx = gate.get("counterexample") or {}
     return json.loads(
         json.dumps(
-            {"reason": gate.get("reason")} | {k: cx.get(k) for k in COMPARED_FIELDS},
+            to_jsonable({"reason": gate.get("reason")} | {k: cx.get(k) for k in fields}),
             sort_keys=True,
         )
     )
 
 
-def differences(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
+def differences(
+    stored: dict[str, Any], now: dict[str, Any], fields: Sequence[str] = COMPARED_FIELDS
+) -> list[str]:
     """One line per compared field that differs (empty: the same, bit for bit)."""
-    old, new = comparable(stored), comparable(now)
+    old, new = comparable(stored, fields), comparable(now, fields)
     return [
         f"{key}: stored {_short(old[key])}, now {_short(new[key])}"
         for key in old
@@ -251,6 +253,7 @@ def _verify(
     judged: JudgedWith,
     only: list[str],
     focus: dict[str, str] | None,
+    shrunk_cases: dict[str, Any] | None = None,
 ) -> Verdict:
     """``verify`` as the evidence asked for it, on ``only`` (and ``focus``)."""
     from kernelgate.contract.spec import Contract
@@ -281,6 +284,7 @@ def _verify(
             problem=problem,
             min_authored_share=judged.min_authored_share,
             focus=focus,
+            shrunk_cases=shrunk_cases,
         )
 
 
@@ -288,10 +292,16 @@ def _judged_gate(verdict: Verdict, gate_id: str) -> dict[str, Any]:
     return verdict.gate(gate_id).to_dict()
 
 
-def _outcome(gate_id: str, stored: dict[str, Any], now: dict[str, Any], how: str) -> GateReplay:
+def _outcome(
+    gate_id: str,
+    stored: dict[str, Any],
+    now: dict[str, Any],
+    how: str,
+    fields: Sequence[str] = COMPARED_FIELDS,
+) -> GateReplay:
     if now.get("status") != "fail":
         return GateReplay(gate_id, GONE, how, now.get("reason", ""))
-    found = differences(stored, now)
+    found = differences(stored, now, fields)
     return GateReplay(
         gate_id,
         DIFFERENT if found else REPRODUCED,
@@ -343,9 +353,7 @@ def replay(
             "anyway with --allow-changed"
         )
     if shrunk:
-        from kernelgate.shrink import replay_shrunk
-
-        results = replay_shrunk(evidence, judged, {g: failed[g] for g in wanted})
+        results = _replay_shrunk(evidence, judged, {g: failed[g] for g in wanted})
         return ReplayReport(
             str(evidence_path), results, changed, round(time.monotonic() - started, 2)
         )
@@ -380,6 +388,36 @@ def _replay_cases(
         for g in again:
             results[g] = _outcome(g, stored[g], _judged_gate(second, g), "every gate judged")
     return list(results.values())
+
+
+def _replay_shrunk(
+    evidence: dict[str, Any], judged: JudgedWith, stored: dict[str, dict[str, Any]]
+) -> list[GateReplay]:
+    """Each gate judged on its stored shrunk case alone, as the first call of the worker (as
+    shrinking confirmed it); the same when its reason and findings come back equal."""
+    from kernelgate.shrink import rebuild_case
+
+    without = [g for g, gate in stored.items() if not gate["counterexample"].get("shrunk")]
+    if without:
+        raise KernelgateError(
+            f"the evidence holds no shrunk case of {', '.join(without)} (verified with "
+            "--no-shrink, a gate that is not shrunk, or a shrunk case not kept: see the "
+            "gate's evidence.shrink)"
+        )
+    cases = {}
+    for gate_id, gate in stored.items():
+        try:
+            cases[gate_id] = rebuild_case(gate["counterexample"]["shrunk"])
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+            raise KernelgateError(f"{gate_id}'s shrunk case cannot be read: {exc}") from None
+    verdict = _verify(evidence, judged, list(stored), None, shrunk_cases=cases)
+    results = []
+    for gate_id, gate in stored.items():
+        shrunk = gate["counterexample"]["shrunk"]
+        now = _judged_gate(verdict, gate_id)
+        want = {"reason": shrunk["reason"], "counterexample": shrunk}
+        results.append(_outcome(gate_id, want, now, "shrunk case", fields=("findings",)))
+    return results
 
 
 def _selected_by(counterexample: dict[str, Any]) -> list[str]:

@@ -242,6 +242,10 @@ class GateContext:
         # that case's label. A gate with independent cases skips the others
         # (``focused_out``); their seeds stay what they were, since each is drawn by index.
         self.focus: dict[str, str] = {}
+        # The case of every failure (gate id, label, seed), kept only when the failures
+        # will be shrunk after the gates (``kernelgate.shrink``): its values as judged.
+        self.keep_failing_cases = False
+        self.failing_cases: dict[tuple[str, str, int], Case] = {}
         self.incidents: list[Incident] = []
         # every traced call's loads and stores under the interpreter, for RES-01
         self.access = AccessLog()
@@ -976,9 +980,17 @@ class Gate(ABC):
     kind: ClassVar[GateKind]
     title: ClassVar[str]
     always_runs: ClassVar[bool] = False  # still runs after the pipeline halted (RES-01)
+    # Whether ``judge_case`` judges one case's run alone, as ``run`` does it: what
+    # shrinking (``kernelgate.shrink``) and a shrunk replay need.
+    shrinkable: ClassVar[bool] = False
 
     @abstractmethod
     def run(self, ctx: GateContext) -> GateResult: ...
+
+    def judge_case(self, ctx: GateContext, case: Case, run: Run) -> GateResult | None:
+        """This gate's judgement of one run of ``case``: its failure, or None where the
+        case passes. Only gates that set ``shrinkable`` implement it."""
+        raise NotImplementedError(f"{self.id} judges no single case alone")
 
     def result(self, status: Status, reason: str, **extra: Any) -> GateResult:
         return GateResult(self.id, self.kind, self.title, status, reason, **extra)
@@ -997,6 +1009,8 @@ class Gate(ABC):
         findings: list[dict[str, Any]],
         evidence: dict[str, Any] | None = None,
     ) -> GateResult:
+        if ctx.keep_failing_cases:  # for shrinking, after the gates (``kernelgate.shrink``)
+            ctx.failing_cases[(self.id, run.case.label, run.case.seed)] = run.case
         counterexample = Counterexample(
             case=run.case.label,
             seed=run.case.seed,

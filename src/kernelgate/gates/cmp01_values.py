@@ -52,6 +52,7 @@ class ValuesGate(Gate):
     id: ClassVar[str] = "CMP-01"
     kind: ClassVar[GateKind] = GateKind.THRESHOLDED
     title: ClassVar[str] = "values over input distributions"
+    shrinkable: ClassVar[bool] = True
 
     def run(self, ctx: GateContext) -> GateResult:
         per_distribution: dict[str, Any] = {}
@@ -112,6 +113,9 @@ class ValuesGate(Gate):
             f"(worst error/bound {worst:.3g}){summary}",
             evidence,
         )
+
+    def judge_case(self, ctx: GateContext, case: Case, run: Run) -> GateResult | None:
+        return self._judge(ctx, case, run).failure
 
     def _judge(self, ctx: GateContext, case: Case, run: Run, instance: str = "") -> _Judged:
         """Structure, then every output under the error model; ``instance`` names a fresh
