@@ -50,7 +50,9 @@ class ShrinkOptions:
     """The work shrinking may do, over all failed gates of one verdict."""
 
     max_calls: int = 60  # candidate calls
-    max_seconds: float = 20.0  # wall seconds (checked between calls)
+    # wall seconds, checked before each call (the fresh instance that confirms the result
+    # comes after: its start-up overlaps the shrinking, ``prefetch_instance``)
+    max_seconds: float = 10.0
 
 
 class _Spent(Exception):
@@ -257,7 +259,10 @@ def describe_tensor(name: str, value: torch.Tensor) -> dict[str, Any] | None:
     fill = max(FILLS, key=lambda f: int((flat == f).sum())) if value.numel() else 0.0
     if not value.is_floating_point():
         fill = int(fill)
-    differ = (flat != fill).nonzero().reshape(-1)  # NaN differs from every fill
+    differ = flat != fill  # NaN differs from every fill
+    if value.is_floating_point():
+        differ |= torch.signbit(flat)  # -0.0 equals the fill 0.0, but is not its bits
+    differ = differ.nonzero().reshape(-1)
     if differ.numel() > MAX_STORED_VALUES:
         return None
     entries = []
@@ -327,6 +332,7 @@ def shrink_failures(
             continue
         started = time.monotonic()
         calls_before = budget.calls
+        ctx.prefetch_instance()  # the confirming instance starts up beside the shrinking
         shrinker = Shrinker(ctx, gate, result, case, budget)
         shrinker.shrink()
         note = _confirm(ctx, gate, shrinker, cx)
