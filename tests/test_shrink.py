@@ -55,7 +55,7 @@ def test_nonfinite_failure_shrinks_and_the_shrunk_case_replays(tmp_path: Path) -
     shrunk = cx.shrunk
     assert shrunk is not None, gate.evidence["shrink"]
     (x,) = shrunk["inputs"]
-    assert (x["name"], x["dtype"]) == ("x", "float32") or x["dtype"] == "float32"
+    assert (x["name"], x["dtype"]) == ("arg0", "float32")  # the contract's name for it
     assert x["shape"][0] * x["shape"][1] < 30 * 1000 // 100  # at most 1% of the original
     assert any(item["value"] == "nan" for item in x["values"])  # what the failure needs
     assert len(x["values"]) <= 8 and x["fill"] in (0.0, 1.0)
