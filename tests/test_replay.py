@@ -100,6 +100,7 @@ def test_unwritten_output_replays_through_mem01(tmp_path: Path) -> None:
     out = _evidence(tmp_path, SOFTMAX / "reference.py", SOFTMAX / "unwritten_tail.py", "MEM-01")
     (result,) = replay(out).gates
     assert (result.gate, result.outcome, result.differences) == ("MEM-01", REPRODUCED, [])
+    assert result.how == "whole gate"  # its calls under two poisons are one sequence
 
 
 def _fake_evidence(tmp_path: Path, **changes: object) -> Path:

@@ -278,6 +278,8 @@ def verify_command(
     if json_out is not None:
         point_replays_at(verdict, json_out)
     console.print(gate_table(verdict))
+    for line in shrunk_lines(verdict):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     if verdict.perf is not None:
         print_perf(verdict.perf)
     for line in static_lines(verdict):
@@ -325,6 +327,23 @@ def verify_command(
             soft_wrap=True,
         )
     raise typer.Exit(EXIT_CODES[verdict.verdict])
+
+
+def shrunk_lines(verdict: Verdict) -> list[str]:
+    """One line per shrunk failure: the inputs it came down to, and its replay."""
+    lines = []
+    for gate in verdict.gates:
+        shrunk = gate.counterexample.shrunk if gate.counterexample else None
+        if shrunk is None:
+            continue
+        inputs = ", ".join(
+            f"{x['name']}{x['shape']} ({len(x['values'])} value(s) besides {x['fill']})"
+            for x in shrunk["inputs"]
+            if "shape" in x
+        )
+        line = f"shrunk {gate.id}: {inputs}: {shrunk['reason']}"
+        lines.append(line + (f"\n  replay: {shrunk['replay']}" if shrunk.get("replay") else ""))
+    return lines
 
 
 def point_replays_at(verdict: Verdict, evidence: Path) -> None:

@@ -281,10 +281,10 @@ def verify(
                 if problem is not None:  # every declared shape: a failure rejects
                     rules.append(judge_declared_shapes(ctx, problem))
                 ctx.profile_authorship()  # AUTH-01's measure, after every judged call
-                if shrink is not None:  # after every judged call too: no verdict changes
-                    shrink_failures(ctx, ran, results, shrink)
                 if perf is not None:
                     perf_report = performance(ctx, reference, perf, contract, results, rules)
+                if shrink is not None:  # after every judged and timed call: nothing changes
+                    shrink_failures(ctx, ran, results, shrink)
             finally:
                 ctx.close_spare()  # a prefetched worker no gate took
                 settle_retired_workers()  # fresh instances told to exit: gone before the verdict

@@ -45,6 +45,9 @@ COMPARED_FIELDS = ("case", "seed", "inputs", "findings")
 VALUE_FLAGS = {"--device", "--contract", "--only", "--seed", "--forbid", "--hard-static"}
 VALUE_FLAGS |= {"--min-authored-share"}
 SWITCH_FLAGS = {"--sanitize", "--strict", "--no-access-trace"}
+# Gates that run one stored case alone when a replay focuses them (``GateContext.focus``);
+# the others' cases form one sequence (ORD-02, MEM-01) or depend on each other (CMP-03).
+FOCUSABLE = frozenset({"CMP-01", "CMP-02", "EXC-01", "EXC-02", "ORD-01"})
 # What ``replay`` says per gate.
 REPRODUCED = "reproduced"  # fails again with the same counterexample and reason
 DIFFERENT = "fails differently"  # fails again, but not as stored (the differences listed)
@@ -93,6 +96,9 @@ class ReplayReport(Serializable):
     @property
     def still_fails(self) -> bool:
         return any(g.outcome != GONE for g in self.gates)
+
+    def to_dict(self) -> dict[str, Any]:
+        return super().to_dict() | {"still_fails": self.still_fails}
 
 
 def load_evidence(path: str | Path) -> dict[str, Any]:
@@ -374,16 +380,21 @@ def _replay_cases(
         cx = gate["counterexample"]
         selected = _selected_by(cx) or [gate_id]
         needs += [g for g in selected if g not in needs]
-        if selected == [gate_id]:
+        if selected == [gate_id] and gate_id in FOCUSABLE:
             own[gate_id] = cx["case"]
     first = _verify(evidence, judged, [*needs, *[g for g in stored if g not in needs]], own)
     results = {
-        g: _outcome(g, stored[g], _judged_gate(first, g), "stored case" if g in own else "gate")
+        g: _outcome(
+            g, stored[g], _judged_gate(first, g), "stored case" if g in own else "whole gate"
+        )
         for g in stored
     }
     again = [g for g, r in results.items() if r.outcome != REPRODUCED]
     if again:
-        every = judged.only or list(GATE_IDS)
+        # the gates the verdict ran, up to the last one replayed: later ones (in the
+        # pipeline's order) cannot have changed what it saw
+        last = max(GATE_IDS.index(g) for g in again)
+        every = [g for g in judged.only or GATE_IDS if GATE_IDS.index(g) <= last]
         second = _verify(evidence, judged, every, None)
         for g in again:
             results[g] = _outcome(g, stored[g], _judged_gate(second, g), "every gate judged")

@@ -43,6 +43,9 @@ from kernelgate.serde import to_jsonable
 # other than their fill: "a few positions and values", not a tensor dump.
 MAX_STORED_VALUES = 4096
 FILLS = (0.0, 1.0)  # the simple values tried in place of the drawn ones
+# Seconds a shrinking call may take at least, however little of the budget is left (the
+# judged calls' own --timeout where that is less).
+MIN_CALL_TIMEOUT = 5.0
 
 
 @dataclass
@@ -64,6 +67,9 @@ class _Budget:
     options: ShrinkOptions
     started: float = field(default_factory=time.monotonic)
     calls: int = 0
+
+    def remaining(self) -> float:
+        return self.options.max_seconds - (time.monotonic() - self.started)
 
     def charge(self) -> None:
         if self.calls >= self.options.max_calls:
@@ -97,14 +103,22 @@ class Shrinker:
 
     def still_fails(self, values: list[Any]) -> bool:
         """Whether the gate fails the same way on ``values`` (one candidate call)."""
+        if self.ctx.halted:  # a shrinking call hung: the worker is gone
+            raise _Spent(f"stopped: {self.ctx.halted}")
         self.budget.charge()
         case = Case(self.label, self.seed, values)
+        session = self.ctx.session
+        judged_timeout = session.timeout
+        # a call that hangs at a shrunk size costs the budget's seconds, not --timeout's
+        session.timeout = min(judged_timeout, max(MIN_CALL_TIMEOUT, self.budget.remaining()))
         try:
             failure = self.gate.judge_case(self.ctx, case, self.ctx.run(self.gate.id, case))
         except GateAborted:  # an incident is another failure (and RES-01 has been judged)
             return False
         except Exception:  # the reference cannot take these inputs (a sliced parameter dim)
             return False
+        finally:
+            session.timeout = judged_timeout
         if failure is None or signature(failure) != self.want:
             return False
         self.values = case.values  # as admitted: what the candidate and the oracle saw
