@@ -71,11 +71,18 @@ class _Budget:
     def remaining(self) -> float:
         return self.options.max_seconds - (time.monotonic() - self.started)
 
-    def charge(self) -> None:
+    def spent(self) -> str | None:
+        """Why no call is left (None: some are)."""
         if self.calls >= self.options.max_calls:
-            raise _Spent(f"budget of {self.options.max_calls} candidate calls spent")
-        if time.monotonic() - self.started > self.options.max_seconds:
-            raise _Spent(f"budget of {self.options.max_seconds:g} s spent")
+            return f"budget of {self.options.max_calls} candidate calls spent"
+        if self.remaining() < 0:
+            return f"budget of {self.options.max_seconds:g} s spent"
+        return None
+
+    def charge(self) -> None:
+        why = self.spent()
+        if why is not None:
+            raise _Spent(why)
         self.calls += 1
 
 
@@ -100,6 +107,7 @@ class Shrinker:
         self.first = (original.counterexample.findings or [{}])[0]
         self.sizes: dict[str, int] = {}
         self.stopped = "nothing smaller fails the same way"
+        self.steps = 0  # reductions kept
 
     def still_fails(self, values: list[Any]) -> bool:
         """Whether the gate fails the same way on ``values`` (one candidate call)."""
@@ -122,6 +130,7 @@ class Shrinker:
         if failure is None or signature(failure) != self.want:
             return False
         self.values = case.values  # as admitted: what the candidate and the oracle saw
+        self.steps += 1
         return True
 
     def shrink(self) -> None:
@@ -344,12 +353,25 @@ def shrink_failures(
         case = ctx.failing_cases.get((result.id, cx.case, cx.seed))
         if not gate.shrinkable or case is None or ctx.halted:
             continue
+        spent = budget.spent()
+        if spent is not None:  # later failures keep their case as found
+            result.evidence["shrink"] = {
+                "calls": 0,
+                "seconds": 0.0,
+                "stopped": spent,
+                "kept": False,
+                "note": "not shrunk: the budget went to earlier gates",
+            }
+            continue
         started = time.monotonic()
         calls_before = budget.calls
         ctx.prefetch_instance()  # the confirming instance starts up beside the shrinking
         shrinker = Shrinker(ctx, gate, result, case, budget)
         shrinker.shrink()
-        note = _confirm(ctx, gate, shrinker, cx)
+        if shrinker.steps:
+            note = _confirm(ctx, gate, shrinker, cx)
+        else:  # the case as found is the counterexample itself: nothing to keep
+            note = "not kept: no reduction failed the same way within the budget"
         result.evidence["shrink"] = {
             "calls": budget.calls - calls_before,
             "seconds": round(time.monotonic() - started, 3),
