@@ -13,7 +13,7 @@ import pytest
 from kernelgate.cli import point_replays_at
 from kernelgate.errors import KernelgateError
 from kernelgate.pipeline import verify
-from kernelgate.replay import GONE, REPRODUCED, comparable, replay
+from kernelgate.replay import GONE, REPRODUCED, comparable, differences, replay
 
 from .conftest import DATA, ROOT, SOFTMAX, kernelgate
 
@@ -158,3 +158,33 @@ def test_bad_input_is_refused_with_exit_2(tmp_path: Path) -> None:
     )
     with pytest.raises(KernelgateError, match="'--new-flag', unknown to replay"):
         replay(flags)
+
+
+def test_a_changed_value_or_reason_is_a_difference_and_json_forms_compare_equal() -> None:
+    stored = {
+        "reason": "2 output position(s) of output 0 have the wrong IEEE class on inject=nan",
+        "counterexample": {
+            "case": "inject=nan",
+            "seed": 5,
+            "inputs": [{"shape": [2, 3]}],
+            "findings": [{"output_position": [0, 1], "expected": "nan", "actual": 0.25}],
+            "replay": "kernelgate replay a.json --gate EXC-01",
+        },
+    }
+    # the same failure as the judge holds it (tuples, a float NaN) is no difference
+    now = {
+        "reason": stored["reason"],
+        "counterexample": {
+            "case": "inject=nan",
+            "seed": 5,
+            "inputs": [{"shape": (2, 3)}],
+            "findings": [{"output_position": (0, 1), "expected": float("nan"), "actual": 0.25}],
+            "replay": "kernelgate verify R C --only EXC-01 --seed 0",  # not compared
+        },
+    }
+    assert differences(stored, now) == []
+    now["counterexample"]["findings"][0]["actual"] = 0.2500001
+    now["reason"] = now["reason"].replace("2 output", "3 output")
+    found = differences(stored, now)
+    assert [line.split(":")[0] for line in found] == ["findings", "reason"]
+    assert '"actual": 0.25,' in found[0] and '"actual": 0.2500001,' in found[0]
