@@ -305,6 +305,9 @@ def _outcome(
     how: str,
     fields: Sequence[str] = COMPARED_FIELDS,
 ) -> GateReplay:
+    if now.get("status") == "skipped":  # aborted by an incident: RES-01 fails instead
+        why = [f"status: stored fail, now skipped ({now.get('reason', '')})"]
+        return GateReplay(gate_id, DIFFERENT, how, now.get("reason", ""), why)
     if now.get("status") != "fail":
         return GateReplay(gate_id, GONE, how, now.get("reason", ""))
     found = differences(stored, now, fields)
