@@ -1,6 +1,7 @@
 """Shrinking (``kernelgate.shrink``): a failing case reduced along the contract's dims and
 values while the gate fails the same way, within its budget, kept as
-``counterexample.shrunk`` and replayed bit for bit by ``kernelgate replay --shrunk``."""
+``counterexample.shrunk`` and replayed bit for bit by ``kernelgate replay --shrunk`` (and the
+unshrunk EXC-01 failure by ``kernelgate replay``, from the same verification)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from kernelgate.cli import point_replays_at
 from kernelgate.pipeline import verify
 from kernelgate.replay import REPRODUCED, replay
+from kernelgate.serde import to_jsonable
 from kernelgate.shrink import ShrinkOptions, _smaller_sizes, describe_tensor, rebuild_tensor
 
 from .conftest import ROOT, SOFTMAX
@@ -72,6 +74,16 @@ def test_nonfinite_failure_shrinks_and_the_shrunk_case_replays(tmp_path: Path) -
     (result,) = replay(out, ["EXC-01"], shrunk=True).gates
     assert (result.outcome, result.how, result.differences) == (REPRODUCED, "shrunk case", [])
     assert result.reason == shrunk["reason"]
+    # the stored (unshrunk) case replays bit for bit too: the NaNs and values came back
+    assert cx.replay == f"kernelgate replay {out} --gate EXC-01"
+    assert cx.verify.startswith("kernelgate verify ") and "--only EXC-01" in cx.verify
+    assert json.loads(out.read_text())["judged_with"]["only"] == ["EXC-01"]
+    report = replay(out)
+    (result,) = report.gates
+    assert (result.gate, result.outcome, result.how) == ("EXC-01", REPRODUCED, "stored case")
+    assert result.differences == [] and report.still_fails
+    assert result.counterexample["findings"] == json.loads(json.dumps(to_jsonable(cx.findings)))
+    assert result.counterexample["findings"][0]["expected"] == "nan"
 
 
 def test_shrinking_stops_at_its_budget_and_off_means_off() -> None:
