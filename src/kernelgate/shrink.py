@@ -43,6 +43,10 @@ from kernelgate.serde import to_jsonable
 # other than their fill: "a few positions and values", not a tensor dump.
 MAX_STORED_VALUES = 4096
 FILLS = (0.0, 1.0)  # the simple values tried in place of the drawn ones
+NEEDS_EARLIER_CALLS = (
+    "not kept: the shrunk case does not fail the same way as a fresh instance's first call "
+    "(the failure needs earlier calls)"
+)
 # Seconds a shrinking call may take at least, however little of the budget is left (the
 # judged calls' own --timeout where that is less).
 MIN_CALL_TIMEOUT = 5.0
@@ -345,6 +349,7 @@ def shrink_failures(
     """
     budget = _Budget(options)
     ctx.keep_failing_cases = False  # the shrinking calls' failures are not kept
+    stateful: str | None = None  # set when a shrunk case failed only after earlier calls
     for result in results:
         gate = gates.get(result.id)
         cx = result.counterexample
@@ -354,13 +359,15 @@ def shrink_failures(
         if not gate.shrinkable or case is None or ctx.halted:
             continue
         spent = budget.spent()
-        if spent is not None:  # later failures keep their case as found
+        if spent is not None or stateful is not None:  # it keeps its case as found
             result.evidence["shrink"] = {
                 "calls": 0,
                 "seconds": 0.0,
-                "stopped": spent,
+                "stopped": spent or "not started",
                 "kept": False,
-                "note": "not shrunk: the budget went to earlier gates",
+                "note": "not shrunk: the budget went to earlier gates"
+                if stateful is None
+                else "not shrunk: " + stateful,
             }
             continue
         started = time.monotonic()
@@ -370,6 +377,8 @@ def shrink_failures(
         shrinker.shrink()
         if shrinker.steps:
             note = _confirm(ctx, gate, shrinker, cx)
+            if note.startswith(NEEDS_EARLIER_CALLS):  # its other failures would need them too
+                stateful = f"{gate.id}'s shrunk case needed earlier calls (a stateful candidate)"
         else:  # the case as found is the counterexample itself: nothing to keep
             note = "not kept: no reduction failed the same way within the budget"
         result.evidence["shrink"] = {
@@ -394,10 +403,7 @@ def _confirm(ctx: GateContext, gate: Gate, shrinker: Shrinker, cx: Any) -> str:
     except GateAborted as aborted:
         return f"not kept: the confirming run had an incident ({aborted})"
     if failure is None or signature(failure) != shrinker.want:
-        return (
-            "not kept: the shrunk case does not fail the same way as a fresh instance's "
-            "first call (the failure needs earlier calls)"
-        )
+        return NEEDS_EARLIER_CALLS
     cx.shrunk = shrinker.record(failure)
     if cx.shrunk is None:
         return f"not kept: more than {MAX_STORED_VALUES} values differ from a fill"
