@@ -76,7 +76,12 @@ def test_rejected_exits_one_with_counterexample(tmp_path: Path) -> None:
     example = gate["counterexample"]
     assert example["seed"] > 0 and example["inputs"][0]["shape"] == [30, 1000]
     assert example["findings"][0]["expected_class"] == "NAN"
-    assert example["replay"].startswith("kernelgate verify")
+    # with an evidence file the replay is `kernelgate replay` of it; the verify command that
+    # re-runs the whole gate stays beside it
+    assert example["replay"] == f"kernelgate replay {out} --gate EXC-01"
+    assert (
+        example["verify"].startswith("kernelgate verify") and "--only EXC-01" in example["verify"]
+    )
 
 
 @pytest.mark.parametrize(

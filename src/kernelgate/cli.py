@@ -27,6 +27,7 @@ from kernelgate.gates.base import GateResult, Status
 from kernelgate.progress import work_progress
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.confine import summary_line
+from kernelgate.shrink import ShrinkOptions
 from kernelgate.verdict import Outcome, Verdict
 
 app = typer.Typer(
@@ -216,6 +217,21 @@ def verify_command(
     perf_trials: PerfTrialsOption = 0,
     min_authored_share: MinAuthoredShareOption = None,
     no_authorship_rule: NoAuthorshipRuleOption = False,
+    no_shrink: Annotated[
+        bool,
+        typer.Option(
+            "--no-shrink",
+            help="keep failing cases as found (no counterexample.shrunk; docs/usage.md)",
+        ),
+    ] = False,
+    shrink_calls: Annotated[
+        int,
+        typer.Option("--shrink-calls", min=1, help="candidate calls shrinking may make in all"),
+    ] = ShrinkOptions.max_calls,
+    shrink_seconds: Annotated[
+        float,
+        typer.Option("--shrink-seconds", min=0.0, help="seconds shrinking may take in all"),
+    ] = ShrinkOptions.max_seconds,
 ) -> None:
     """Verify CANDIDATE against REFERENCE and print the gates and the verdict (with --json,
     the evidence's SHA-256 too: `sha256sum FILE` must print the same; docs/security.md)."""
@@ -255,10 +271,15 @@ def verify_command(
             perf=PerfOptions(trials=perf_trials) if perf else None,
             # off unless asked: a plain pair need not be a kernel-writing task
             min_authored_share=None if no_authorship_rule else min_authored_share,
+            shrink=None if no_shrink else ShrinkOptions(shrink_calls, shrink_seconds),
         )
     # Every worker of the verification, and whatever its candidate left running, is gone
     # now (``worker_tree_settled``): nothing of the candidate's can rewrite the evidence.
+    if json_out is not None:
+        point_replays_at(verdict, json_out)
     console.print(gate_table(verdict))
+    for line in shrunk_lines(verdict):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     if verdict.perf is not None:
         print_perf(verdict.perf)
     for line in static_lines(verdict):
@@ -306,6 +327,96 @@ def verify_command(
             soft_wrap=True,
         )
     raise typer.Exit(EXIT_CODES[verdict.verdict])
+
+
+def shrunk_lines(verdict: Verdict) -> list[str]:
+    """One line per shrunk failure: the inputs it came down to, and its replay."""
+    lines = []
+    for gate in verdict.gates:
+        shrunk = gate.counterexample.shrunk if gate.counterexample else None
+        if shrunk is None:
+            continue
+        inputs = ", ".join(
+            f"{x['name']}{x['shape']} ({len(x['values'])} value(s) besides {x['fill']})"
+            for x in shrunk["inputs"]
+            if "shape" in x
+        )
+        line = f"shrunk {gate.id}: {inputs}: {shrunk['reason']}"
+        lines.append(line + (f"\n  replay: {shrunk['replay']}" if shrunk.get("replay") else ""))
+    return lines
+
+
+def point_replays_at(verdict: Verdict, evidence: Path) -> None:
+    """Each counterexample's ``replay`` becomes ``kernelgate replay EVIDENCE --gate G`` (its
+    stored case, bit for bit); the verify command that re-runs the whole gate stays beside
+    it as ``verify`` (docs/evidence.md)."""
+    from kernelgate.replay import replay_command
+
+    for gate in verdict.gates:
+        cx = gate.counterexample
+        if cx is None or cx.verify is not None:
+            continue
+        cx.verify, cx.replay = cx.replay, replay_command(evidence, gate.id)
+        if cx.shrunk is not None:
+            cx.shrunk["replay"] = replay_command(evidence, gate.id, shrunk=True)
+
+
+@command("replay")
+def replay_cli(
+    evidence: Annotated[Path, typer.Argument(help="a verdict's evidence (verify --json)")],
+    gate: Annotated[
+        list[str] | None,
+        typer.Option("--gate", help="replay this failed gate only (repeatable; default: all)"),
+    ] = None,
+    shrunk: Annotated[
+        bool,
+        typer.Option("--shrunk", help="replay the stored shrunk case (counterexample.shrunk)"),
+    ] = False,
+    allow_changed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-changed",
+            help="replay even though the reference or candidate no longer has the SHA-256 the "
+            "evidence holds (said in the output)",
+        ),
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", min=1.0, help="seconds one call may take (default: stored)"),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the replay report here")
+    ] = None,
+) -> None:
+    """Re-run the failing gates of a saved verdict from its evidence and compare each failure
+    with the stored one, bit for bit. Exit 1: still fails; 0: no longer fails; 2: bad input."""
+    from kernelgate.audit.settled import worker_tree_settled
+    from kernelgate.replay import GONE, REPRODUCED, replay
+
+    with worker_tree_settled(), work_progress(errors, "replay") as progress:
+        progress.add_task("replaying", total=None)
+        report = replay(
+            evidence, gate or (), shrunk=shrunk, allow_changed=allow_changed, timeout=timeout
+        )
+    for entry in report.changed:
+        console.print(f"[yellow]changed since the verdict[/] (--allow-changed): {entry}")
+    for result in report.gates:
+        style = {REPRODUCED: "bold red", GONE: "bold green"}.get(result.outcome, "bold yellow")
+        console.print(
+            f"{result.gate}: [{style}]{result.outcome}[/] ({result.how}): {escape(result.reason)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for line in result.differences:
+            console.print(f"  differs: {escape(line)}", highlight=False, soft_wrap=True)
+    if json_out is not None:
+        json_out.write_text(report.to_json())
+    console.print(
+        f"replay: {'still fails' if report.still_fails else 'no longer fails'} "
+        f"in {report.seconds:.1f} s",
+        highlight=False,
+    )
+    raise typer.Exit(1 if report.still_fails else 0)
 
 
 def print_perf(report: dict[str, Any]) -> None:

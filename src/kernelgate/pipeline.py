@@ -34,7 +34,7 @@ from kernelgate.formats.problem import (
     sizes_of_key,
 )
 from kernelgate.gates import GATE_IDS, GATES
-from kernelgate.gates.base import GateContext, GateResult, run_gate
+from kernelgate.gates.base import Case, Gate, GateContext, GateResult, run_gate
 from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
 from kernelgate.perf.measure import PerfOptions, PerfReport, PerfRun
@@ -43,6 +43,7 @@ from kernelgate.sandbox.authorship import authorship_evidence, authorship_rule, 
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
 from kernelgate.sandbox.wire import UnsupportedDtype
+from kernelgate.shrink import ShrinkOptions, run_shrunk_case, shrink_failures
 from kernelgate.static import (
     Finding,
     RuleResult,
@@ -112,6 +113,9 @@ def verify(
     problem: Problem | None = None,
     perf: PerfOptions | None = None,
     min_authored_share: float | None = None,
+    focus: dict[str, str] | None = None,
+    shrink: ShrinkOptions | None = None,
+    shrunk_cases: dict[str, Case] | None = None,
 ) -> Verdict:
     """Judge ``candidate`` (a file defining ``ModelNew``) against ``reference`` (KernelBench).
 
@@ -149,6 +153,12 @@ def verify(
     ``min_authored_share``: AUTH-01 in force with this minimum share of device time in the
     candidate's own kernels (sandbox/authorship.py); None: the rule is off (the verdict's
     ``authorship`` evidence is measured all the same).
+    ``focus``: gate id -> the label of the one case that gate runs (``kernelgate.replay``
+    re-running a stored counterexample); gates whose cases depend on each other run whole.
+    ``shrink``: after the gates, reduce each failed gate's case within this budget
+    (``kernelgate.shrink``: ``counterexample.shrunk``); None: no shrinking.
+    ``shrunk_cases``: gate id -> a stored shrunk case that gate judges alone instead of its
+    own cases (``kernelgate replay --shrunk``).
     """
     started = time.monotonic()
     device = resolve_device(device)
@@ -236,6 +246,9 @@ def verify(
                 sanitize=sanitize,
                 trace=trace,
             )
+            ctx.focus = dict(focus or {})
+            ctx.keep_failing_cases = shrink is not None
+            ran: dict[str, Gate] = {}  # the gates, for shrinking their failures
             finished: dict[str, GateResult] = {}
             if journal is not None:
                 finished, ctx.incidents, ctx.halted = journal.load()
@@ -255,8 +268,11 @@ def verify(
                         result = finished[gate.id]
                     elif only and gate.id not in only and not gate.always_runs:
                         result = gate.skipped("not selected (--only)")
+                    elif shrunk_cases and gate.id in shrunk_cases:
+                        result = run_shrunk_case(gate, ctx, shrunk_cases[gate.id])
                     else:
                         result = run_gate(gate, ctx)
+                        ran[gate.id] = gate
                     if journal is not None and gate.id not in finished:
                         journal.record(result, ctx.incidents[seen:], ctx.halted)
                     results.append(result)
@@ -267,6 +283,8 @@ def verify(
                 ctx.profile_authorship()  # AUTH-01's measure, after every judged call
                 if perf is not None:
                     perf_report = performance(ctx, reference, perf, contract, results, rules)
+                if shrink is not None:  # after every judged and timed call: nothing changes
+                    shrink_failures(ctx, ran, results, shrink)
             finally:
                 ctx.close_spare()  # a prefetched worker no gate took
                 settle_retired_workers()  # fresh instances told to exit: gone before the verdict
@@ -310,6 +328,12 @@ def verify(
         authorship=authorship,
         reference_sha256=program.sha256,
         candidate_sha256=hashlib.sha256(candidate_source.encode()).hexdigest(),
+        judged_with={
+            "command": replay,
+            "only": list(only) if only else None,
+            "timeout": timeout,
+            "compile_timeout": compile_timeout,
+        },
     )
 
 

@@ -61,6 +61,11 @@ class Verdict(Serializable):
     # before it trusts this verdict for the programs it is handed.
     reference_sha256: str | None = None
     candidate_sha256: str | None = None
+    # How the verdict was asked for, so ``kernelgate replay`` can ask again from the evidence
+    # alone: ``command`` (the verify argv every replay starts from: programs, device,
+    # contract file, rule options), ``only`` (the gates selected, None: all), ``timeout`` and
+    # ``compile_timeout`` (seconds). Empty in evidence written before it existed.
+    judged_with: dict[str, Any] = field(default_factory=dict)
     schema: str = VERDICT_SCHEMA
 
     @property

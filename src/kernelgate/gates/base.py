@@ -89,6 +89,13 @@ class Counterexample(Serializable):
     inputs: list[dict[str, Any]]
     findings: list[dict[str, Any]]
     replay: str
+    # The ``kernelgate verify ... --only G --seed S`` command that re-runs the whole gate;
+    # set where ``replay`` became ``kernelgate replay EVIDENCE --gate G`` (an evidence file
+    # was written: cli.py), None otherwise (``replay`` is that command then).
+    verify: str | None = None
+    # The failing case reduced along the contract's dims and values (``kernelgate.shrink``),
+    # or None: not shrunk (turned off, a gate without a single-case judgement, ...).
+    shrunk: dict[str, Any] | None = None
 
 
 @dataclass
@@ -232,6 +239,14 @@ class GateContext:
         self.session = session
         self.seed = seed
         self.replay_argv = replay
+        # A replay (``kernelgate.replay``) focused on one stored case per gate: gate id ->
+        # that case's label. A gate with independent cases skips the others
+        # (``focused_out``); their seeds stay what they were, since each is drawn by index.
+        self.focus: dict[str, str] = {}
+        # The case of every failure (gate id, label, seed), kept only when the failures
+        # will be shrunk after the gates (``kernelgate.shrink``): its values as judged.
+        self.keep_failing_cases = False
+        self.failing_cases: dict[tuple[str, str, int], Case] = {}
         self.incidents: list[Incident] = []
         # every traced call's loads and stores under the interpreter, for RES-01
         self.access = AccessLog()
@@ -394,6 +409,11 @@ class GateContext:
             yield
         finally:
             self.trace(f"{name} {time.monotonic() - started:.1f} s")
+
+    def focused_out(self, gate_id: str, label: str) -> bool:
+        """Whether a replay focused on another case of ``gate_id`` skips case ``label``."""
+        wanted = self.focus.get(gate_id)
+        return wanted is not None and label != wanted
 
     def replay(self, gate_id: str) -> str:
         return shlex.join([*self.replay_argv, "--only", gate_id, "--seed", str(self.seed)])
@@ -951,9 +971,17 @@ class Gate(ABC):
     kind: ClassVar[GateKind]
     title: ClassVar[str]
     always_runs: ClassVar[bool] = False  # still runs after the pipeline halted (RES-01)
+    # Whether ``judge_case`` judges one case's run alone, as ``run`` does it: what
+    # shrinking (``kernelgate.shrink``) and a shrunk replay need.
+    shrinkable: ClassVar[bool] = False
 
     @abstractmethod
     def run(self, ctx: GateContext) -> GateResult: ...
+
+    def judge_case(self, ctx: GateContext, case: Case, run: Run) -> GateResult | None:
+        """This gate's judgement of one run of ``case``: its failure, or None where the
+        case passes. Only gates that set ``shrinkable`` implement it."""
+        raise NotImplementedError(f"{self.id} judges no single case alone")
 
     def result(self, status: Status, reason: str, **extra: Any) -> GateResult:
         return GateResult(self.id, self.kind, self.title, status, reason, **extra)
@@ -972,6 +1000,8 @@ class Gate(ABC):
         findings: list[dict[str, Any]],
         evidence: dict[str, Any] | None = None,
     ) -> GateResult:
+        if ctx.keep_failing_cases:  # for shrinking, after the gates (``kernelgate.shrink``)
+            ctx.failing_cases[(self.id, run.case.label, run.case.seed)] = run.case
         counterexample = Counterexample(
             case=run.case.label,
             seed=run.case.seed,

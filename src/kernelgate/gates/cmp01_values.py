@@ -52,6 +52,7 @@ class ValuesGate(Gate):
     id: ClassVar[str] = "CMP-01"
     kind: ClassVar[GateKind] = GateKind.THRESHOLDED
     title: ClassVar[str] = "values over input distributions"
+    shrinkable: ClassVar[bool] = True
 
     def run(self, ctx: GateContext) -> GateResult:
         per_distribution: dict[str, Any] = {}
@@ -61,6 +62,8 @@ class ValuesGate(Gate):
         model = ctx.contract.postcondition.error_model.name
         cases: dict[str, Case] = {}
         for index, distribution in enumerate(DISTRIBUTIONS):
+            if ctx.focused_out(self.id, f"distribution={distribution}"):  # a replay of another
+                continue
             case = ctx.drawn_case(
                 f"distribution={distribution}", ctx.case_seed(self.id, index), distribution
             )
@@ -89,6 +92,10 @@ class ValuesGate(Gate):
             evidence["timing_note"] = "no fresh instance run: the main instance already fails"
             first_failure.evidence = evidence
             return first_failure
+        if self.id in ctx.focus:  # a replay of one stored case, which passed this time
+            return self.passed(
+                f"the replayed case passes (worst error/bound {worst:.3g})", evidence
+            )
         worst_distribution = max(
             per_distribution,
             key=lambda d: per_distribution[d].get("worst_error_over_bound", 0.0),
@@ -106,6 +113,9 @@ class ValuesGate(Gate):
             f"(worst error/bound {worst:.3g}){summary}",
             evidence,
         )
+
+    def judge_case(self, ctx: GateContext, case: Case, run: Run) -> GateResult | None:
+        return self._judge(ctx, case, run).failure
 
     def _judge(self, ctx: GateContext, case: Case, run: Run, instance: str = "") -> _Judged:
         """Structure, then every output under the error model; ``instance`` names a fresh

@@ -138,6 +138,8 @@ class LayoutsGate(Gate):
         worst, model, params = 0.0, "", {}
         faulted: dict[str, str] = {}  # layout label: the fault (``unguarded_precondition``)
         for index, plan in enumerate(todo):
+            if ctx.focused_out(self.id, plan.label):  # a replay of another case
+                continue
             case = self._case(ctx, plan, index)
             place = placer(plan, POISONS[0])
             if at_reference_layout(ctx, plan):  # no refusal or fault is excused here

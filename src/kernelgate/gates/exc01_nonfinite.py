@@ -10,12 +10,13 @@ and hide what the kernel does with an Inf (a log-sum-exp whose max is +Inf, say)
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from kernelgate.contract.spec import TensorSpec, ValueDomain
-from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult
+from kernelgate.gates.base import Case, Gate, GateContext, GateKind, GateResult, Run
 from kernelgate.gates.outputs import structure_findings
 from kernelgate.inputs.specials import SPECIALS, Density, inject, special_kinds
 from kernelgate.oracle.compare import (
@@ -52,10 +53,22 @@ def trial_label(kind: str, density: Density) -> str:
     return f"inject={kind}" + ("" if density is Density.SCATTERED else f" {density.value}")
 
 
+@dataclass
+class _Tally:
+    """What EXC-01's trials judged so far, for its evidence."""
+
+    judged: int = 0
+    excluded: int = 0
+    consulted: int = 0
+    probed: int = 0
+    refined: int = 0
+
+
 class NonFiniteGate(Gate):
     id: ClassVar[str] = "EXC-01"
     kind: ClassVar[GateKind] = GateKind.EXACT
     title: ClassVar[str] = "non-finite propagation"
+    shrinkable: ClassVar[bool] = True
 
     def run(self, ctx: GateContext) -> GateResult:
         if not ctx.propagates_specials:
@@ -65,12 +78,14 @@ class NonFiniteGate(Gate):
             return self.skipped(
                 "no floating-point input admits NaN or Inf under the contract (or its dtype)"
             )
-        judged = excluded = consulted = probed = refined = 0
+        tally = _Tally()
         run_trials: list[str] = []
         for index, (kind, density) in enumerate(TRIALS):
             # only into inputs whose dtype holds the kind: float8_e4m3fn has NaN but no Inf
             holders = {i for i in targets if holds(ctx.template[i].dtype, kind)}
             if not holders:
+                continue
+            if ctx.focused_out(self.id, trial_label(kind, density)):  # a replay of another
                 continue
             run_trials.append(trial_label(kind, density).removeprefix("inject="))
             seed = ctx.case_seed(self.id, index)
@@ -79,56 +94,17 @@ class NonFiniteGate(Gate):
                 inject(v, kind, seed + 7919 * i, density) if i in holders else v
                 for i, v in enumerate(case.values)
             ]
-            run = ctx.run(self.id, case)
-            expected = ctx.expected(case)
-            structure = structure_findings(run.outputs, expected, ctx.output_dtypes(case))
-            if structure:
-                return self.failed(
-                    ctx, "output structure differs from the reference", run, structure
-                )
-            for k, (want, got) in enumerate(zip(expected, run.outputs)):
-                if not isinstance(want, torch.Tensor) or not got.is_floating_point():
-                    continue
-                want_classes = value_classes(want.to(got.dtype))
-                # classified where the output lies, judged beside the oracle's classes
-                got_classes = value_classes(got).to(want_classes.device)
-                judge = functools.partial(_judged, want_classes, got_classes, k=k)
-                agree, bad, asked = ctx.judge_classes(case, judge)
-                consulted += asked
-                if bad.any() and (probe := ctx.dependence_probe(case)) is not None:
-                    # a NaN the oracle made by 0 x NaN where the output does not depend
-                    # on the special is not the kernel's to reproduce
-                    runs = ctx.honest_classes(case) if asked else {"native-eager": ctx.native(case)}
-                    agree, bad = judge({**runs, "dependence-probe": probe})
-                    probed += 1
-                    if bad.any() and (probe := ctx.refined_dependence_probe(case, k, bad)):
-                        # a position that also sees a special it does depend on: only
-                        # those specials decide its class
-                        agree, bad = judge({**runs, "dependence-probe": probe})
-                        refined += 1
-                n_agree = int(agree.count_nonzero())
-                judged += n_agree
-                excluded += agree.numel() - n_agree
-                if bad.any():
-                    n_bad = int(bad.count_nonzero())
-                    findings = [
-                        self._finding(k, pos, want, got, want_classes, got_classes)
-                        for pos in first_positions(bad)[:MAX_POSITIONS]
-                    ]
-                    return self.failed(
-                        ctx,
-                        f"{n_bad} output position(s) of output {k} have the wrong "
-                        f"IEEE class on {case.label}",
-                        run,
-                        findings,
-                        {"mismatched_positions": n_bad, "judged_positions": judged},
-                    )
+            failure = self._judge_trial(ctx, case, ctx.run(self.id, case), tally)
+            if failure is not None:
+                return failure
+        judged, excluded = tally.judged, tally.excluded
+        consulted, probed = tally.consulted, tally.probed
         evidence: dict[str, Any] = {
             "judged_positions": judged,
             "excluded_honest_disagreement": excluded,
             "second_implementation_consulted": consulted,
             "dependence_probe_consulted": probed,
-            "dependence_probe_refined": refined,
+            "dependence_probe_refined": tally.refined,
             "trials": run_trials,
         }
         absent = sorted(
@@ -149,6 +125,57 @@ class NonFiniteGate(Gate):
             + (f" ({', '.join(absent)}: no input's dtype holds it)" if absent else ""),
             evidence,
         )
+
+    def judge_case(self, ctx: GateContext, case: Case, run: Run) -> GateResult | None:
+        return self._judge_trial(ctx, case, run, _Tally())
+
+    def _judge_trial(
+        self, ctx: GateContext, case: Case, run: Run, tally: _Tally
+    ) -> GateResult | None:
+        """One trial's run judged position by position: its failure, or None (``tally``
+        counts the positions judged and excluded, and the extra runs asked for)."""
+        expected = ctx.expected(case)
+        structure = structure_findings(run.outputs, expected, ctx.output_dtypes(case))
+        if structure:
+            return self.failed(ctx, "output structure differs from the reference", run, structure)
+        for k, (want, got) in enumerate(zip(expected, run.outputs)):
+            if not isinstance(want, torch.Tensor) or not got.is_floating_point():
+                continue
+            want_classes = value_classes(want.to(got.dtype))
+            # classified where the output lies, judged beside the oracle's classes
+            got_classes = value_classes(got).to(want_classes.device)
+            judge = functools.partial(_judged, want_classes, got_classes, k=k)
+            agree, bad, asked = ctx.judge_classes(case, judge)
+            tally.consulted += asked
+            if bad.any() and (probe := ctx.dependence_probe(case)) is not None:
+                # a NaN the oracle made by 0 x NaN where the output does not depend
+                # on the special is not the kernel's to reproduce
+                runs = ctx.honest_classes(case) if asked else {"native-eager": ctx.native(case)}
+                agree, bad = judge({**runs, "dependence-probe": probe})
+                tally.probed += 1
+                if bad.any() and (probe := ctx.refined_dependence_probe(case, k, bad)):
+                    # a position that also sees a special it does depend on: only those
+                    # specials decide its class
+                    agree, bad = judge({**runs, "dependence-probe": probe})
+                    tally.refined += 1
+            n_agree = int(agree.count_nonzero())
+            tally.judged += n_agree
+            tally.excluded += agree.numel() - n_agree
+            if bad.any():
+                n_bad = int(bad.count_nonzero())
+                findings = [
+                    self._finding(k, pos, want, got, want_classes, got_classes)
+                    for pos in first_positions(bad)[:MAX_POSITIONS]
+                ]
+                return self.failed(
+                    ctx,
+                    f"{n_bad} output position(s) of output {k} have the wrong "
+                    f"IEEE class on {case.label}",
+                    run,
+                    findings,
+                    {"mismatched_positions": n_bad, "judged_positions": tally.judged},
+                )
+        return None
 
     @staticmethod
     def _injectable(ctx: GateContext) -> set[int]:

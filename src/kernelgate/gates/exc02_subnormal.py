@@ -216,6 +216,8 @@ class SubnormalGate(Gate):
         sign_open = class_open = open_consulted = 0
         per_case: dict[str, dict[str, int]] = {}
         for index, (name, mix) in enumerate(CASES):
+            if ctx.focused_out(self.id, name):  # a replay of another case
+                continue
             seed = ctx.case_seed(self.id, index)
             case = ctx.drawn_case(name, seed)
             case.values = [

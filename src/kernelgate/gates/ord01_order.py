@@ -82,6 +82,10 @@ class OrderGate(Gate):
     id: ClassVar[str] = "ORD-01"
     kind: ClassVar[GateKind] = GateKind.THRESHOLDED
     title: ClassVar[str] = "order bound on adversarial cancellation"
+    shrinkable: ClassVar[bool] = True
+
+    def judge_case(self, ctx: GateContext, case: Case, run: Run) -> GateResult | None:
+        return judge_run(self, ctx, case, run)[2]
 
     def run(self, ctx: GateContext) -> GateResult:
         reduces, why = reduction_structure(ctx)
@@ -93,6 +97,8 @@ class OrderGate(Gate):
         per_pattern: dict[str, Any] = {}
         worst, params = 0.0, {}
         for index, pattern in enumerate(PATTERNS):
+            if ctx.focused_out(self.id, f"pattern={pattern}"):  # a replay of another case
+                continue
             seed = ctx.case_seed(self.id, index)
             case = ctx.drawn_case(f"pattern={pattern}", seed)
             case.values = [

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult
+from kernelgate.gates.base import Case, Gate, GateContext, GateKind, GateResult, Run
 from kernelgate.gates.ord01_order import judge_run, reduction_structure
 from kernelgate.inputs.adversarial import long_positive
 
@@ -25,6 +25,10 @@ class AccumulatorGate(Gate):
     id: ClassVar[str] = "PRC-02"
     kind: ClassVar[GateKind] = GateKind.THRESHOLDED
     title: ClassVar[str] = "accumulator precision on long reductions"
+    shrinkable: ClassVar[bool] = True
+
+    def judge_case(self, ctx: GateContext, case: Case, run: Run) -> GateResult | None:
+        return judge_run(self, ctx, case, run)[2]
 
     def run(self, ctx: GateContext) -> GateResult:
         reduces, why = reduction_structure(ctx)
