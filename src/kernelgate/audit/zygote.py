@@ -92,8 +92,10 @@ def preload() -> None:
 
     import torch
 
-    # The contract's meta runs (admission's sizing, derivation) import dynamo, and with it
-    # sympy, inductor and triton, on first use: 2.5-3 s of every record's judge.
+    # A reference's footprint on the meta device (admission's sizing, CMP-03's held-out
+    # sizes) counts flops under torch's FlopCounterMode, which imports dynamo, and with it
+    # sympy, inductor and triton, on first use: 2.5-3 s of a record's judge. (The judge's
+    # own dispatch modes do not: oracle/modes.py.)
     import torch._dynamo  # noqa: F401
 
     import kernelgate.audit.judge
