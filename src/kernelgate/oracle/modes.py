@@ -3,8 +3,10 @@
 Why: torch wraps the ``__torch_dispatch__`` of every ``TorchDispatchMode`` subclass in
 ``torch._disable_dynamo``, so that ``torch.compile`` does not trace into it; that wrapper
 imports ``torch._dynamo`` (and with it sympy, inductor and Triton's compiler) on its first
-call: 2.5-3 s of CPU in every judge, CLI and audit process that matches a contract, derives
-one or runs the zero-sign oracle, for a guard against a compiler the judge never calls.
+call: 2.5-3 s of CPU in a judge, CLI or audit process that matches a contract or runs the
+zero-sign oracle, for a guard against a compiler the judge never calls. (torch's Python
+reference implementations, which run for meta tensors, import it as well: a derivation whose
+meta run reaches one, such as ``a + b``, still pays it; the softmax's does not.)
 
 The judge's modes run the *reference* (op recording, magnitudes, zero signs), never
 ``torch.compile``, so they opt out of that wrapper. The worker's mode (``forbidden_watch``)
