@@ -28,8 +28,8 @@ print("dynamo imported:", "torch._dynamo" in sys.modules)
 
 def test_contract_matching_and_the_zero_sign_oracle_leave_dynamo_unimported() -> None:
     """Each mode still sees the reference's ops (the softmax matches its library entry, and
-    relu of -0 opens a zero), and not one of them imported ``torch._dynamo``:
-    2.5-3 s of CPU in every judge and CLI process."""
+    relu of -0 opens a zero), and not one of them imported ``torch._dynamo`` (1-2 s of CPU
+    in a judge or CLI process)."""
     result = subprocess.run(
         [sys.executable, "-c", PROBE],
         capture_output=True,
