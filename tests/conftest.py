@@ -70,26 +70,46 @@ def audit_command(corpus: Path, out: Path, *options: str) -> list[str]:
     ]
 
 
+def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder for what ``name`` builds once in this test run, shared by its xdist workers
+    (their base temporary folders have one parent, of this run only); a folder of this
+    session's own without xdist. Build it under ``FileLock(folder + ".lock")`` unless it
+    holds ``DONE``."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the parent holds earlier runs' folders
+        return tmp_path_factory.getbasetemp() / name
+    return tmp_path_factory.getbasetemp().parent / name
+
+
+DONE = "built"  # written last into a ``once_per_run`` folder, when what it holds is complete
+
+
 @pytest.fixture(scope="session")
 def two_record_audit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One complete audit, every gate, of an honest record and a NaN swallower (a pairs
-    corpus, --timeout 2, two workers), judged once a session (once per xdist worker): the
-    folder holding its ``corpus`` and ``out``. Several tests start from such an audit; they
-    take a copy (``copy_audit``) to change, as an audit folder is carried between machines."""
+    corpus, --timeout 2, two workers), judged once a test run (the first xdist worker that
+    needs it judges it; the others wait for it and read it): the folder holding its
+    ``corpus`` and ``out``. Several tests start from such an audit; they take a copy
+    (``copy_audit``) to change, as an audit folder is carried between machines."""
+    from filelock import FileLock
+
     from .audit_corpus import write_pairs
 
-    root = tmp_path_factory.mktemp("two-record-audit")
-    corpus = write_pairs(root / "corpus", ["honest", "nan_swallow"])
-    out = root / "out"
-    result = kernelgate(*audit_command(corpus, out, "--workers", "2"), timeout=240)
-    assert result.returncode == 0, result.stderr
+    root = once_per_run(tmp_path_factory, "two-record-audit")
+    with FileLock(f"{root}.lock"):
+        if not (root / DONE).exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker that failed building it
+            corpus = write_pairs(root / "corpus", ["honest", "nan_swallow"])
+            out = root / "out"
+            result = kernelgate(*audit_command(corpus, out, "--workers", "2"), timeout=240)
+            assert result.returncode == 0, result.stderr
+            (root / DONE).write_text("")
     return root
 
 
 def copy_audit(audit: Path, destination: Path) -> tuple[Path, Path]:
     """A copy of ``two_record_audit``'s corpus and output folder at ``destination`` (which
     must not exist yet): the corpus and the output folder of the copy."""
-    shutil.copytree(audit, destination, symlinks=True)
+    shutil.copytree(audit, destination, symlinks=True, ignore=shutil.ignore_patterns(DONE))
     return destination / "corpus", destination / "out"
 
 

@@ -41,9 +41,7 @@ SOFTMAX_REFERENCE = SOFTMAX / "reference.py"
 def profiled(candidate: Path, inputs: list[torch.Tensor]) -> dict[str, Any]:
     """The judge's authorship evidence for one call of ``candidate`` in a real worker,
     after a first call (as the gates' warm call would be)."""
-    session = WorkerSession(candidate, [], timeout=120)
-    with session:
-        session.start()
+    with WorkerSession(candidate, [], timeout=120) as session:  # entering loads it
         session.call(inputs, poison=0xFF, guard_bytes=0)
         return authorship_evidence(session.profile_authorship(inputs))
 

@@ -92,8 +92,10 @@ def preload() -> None:
 
     import torch
 
-    # The contract's meta runs (admission's sizing, derivation) import dynamo, and with it
-    # sympy, inductor and triton, on first use: 2.5-3 s of every record's judge.
+    # The contract's meta runs (derivation, admission's sizing, CMP-03's footprints: torch's
+    # Python refs for meta tensors, FlopCounterMode) import dynamo, and with it sympy,
+    # inductor and triton, on first use: 2.5-3 s of a record's judge. (The judge's own
+    # dispatch modes do not: oracle/modes.py.)
     import torch._dynamo  # noqa: F401
 
     import kernelgate.audit.judge

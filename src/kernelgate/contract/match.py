@@ -22,7 +22,6 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelgate.contract.library import LIBRARY, REDUCING_OPS, LibraryEntry, entry
 from kernelgate.contract.spec import (
@@ -35,6 +34,7 @@ from kernelgate.contract.spec import (
 )
 from kernelgate.formats.kernelbench import ReferenceProgram
 from kernelgate.oracle.fp64 import flatten_outputs
+from kernelgate.oracle.modes import JudgeDispatchMode
 
 # Not computation: copies, allocations and metadata. (Views are recognised by is_view.)
 IGNORED_OPS: frozenset[str] = frozenset(
@@ -106,7 +106,7 @@ def _results(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-class OpRecorder(TorchDispatchMode):
+class OpRecorder(JudgeDispatchMode):
     """Records the computing aten ops a forward reaches (views and copies ignored), and
     which tensors hold indices an index op produced (``INDEX_OPS``), carried through the
     views and copies (a cast to int32 included) that follow it."""
@@ -148,7 +148,7 @@ class OpRecorder(TorchDispatchMode):
         self._held.append(tensor)
 
 
-class OpInputCapture(TorchDispatchMode):
+class OpInputCapture(JudgeDispatchMode):
     """Keeps the input (``self``) of chosen calls of index ops, ``(op, call)`` as
     ``IndexOutput`` names them: what an index output's positions point into."""
 
@@ -308,7 +308,7 @@ RECIPES: dict[str, Callable[[Any, Sequence[Any], dict[str, Any]], Any] | None] =
 }
 
 
-class MagnitudeMode(TorchDispatchMode):
+class MagnitudeMode(JudgeDispatchMode):
     """Re-runs a reference with the entry's key op replaced by its magnitude; records N."""
 
     def __init__(self, lib_entry: LibraryEntry) -> None:

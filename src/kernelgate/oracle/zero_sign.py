@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelgate.oracle.compare import FloatClass, float_classes, sign_bits
+from kernelgate.oracle.modes import JudgeDispatchMode
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,7 @@ def _floating_tensors(out: Any) -> list[torch.Tensor]:
     return [t for t in items if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
-class ZeroSignMode(TorchDispatchMode):
+class ZeroSignMode(JudgeDispatchMode):
     """Runs every op as usual, then overwrites the open zeros among the results of each
     selection op (``SELECTIONS``) with ``fill`` (+0.0, -0.0 or NaN), counting them."""
 
