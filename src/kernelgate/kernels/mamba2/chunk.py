@@ -1,0 +1,269 @@
+"""Autograd wrapper and launch logic for the chunked Mamba-2 SSD kernels.
+
+Besides the four Triton kernels (chunk_fwd.py, chunk_bwd.py), a few elementwise and reduction
+steps run as torch ops here, each of them O(b T H) or a fixed-order sum: the log decays
+``a = dt A`` and their chunk-wise cumulative sums (float64), the chain rule from ``a`` back to
+``dt`` and ``A``, the sum of the per-head dB and dC over the heads of a group, and dD. torch's
+reductions on a given shape are deterministic, so the whole layer is bitwise reproducible.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+
+from kernelgate.kernels.gdn.chunk import _aligned, _dot_precision
+from kernelgate.kernels.mamba2.chunk_bwd import _ssd_chunk_bwd_kernel, _ssd_state_bwd_kernel
+from kernelgate.kernels.mamba2.chunk_fwd import _ssd_output_fwd_kernel, _ssd_state_fwd_kernel
+
+CHUNK_SIZE = 64
+MAX_TILE = 64  # widest N and P tile; larger N, P loop over tiles
+NUM_WARPS = {"state_fwd": 4, "output_fwd": 4, "state_bwd": 4, "chunk_bwd": 8}
+
+
+def _tile(dim: int) -> int:
+    """Power-of-two tile covering ``dim`` (tl.dot needs at least 16), at most MAX_TILE."""
+    return min(max(16, triton.next_power_of_2(dim)), MAX_TILE)
+
+
+def _check_inputs(x, dt, A, B, C, D, initial_state) -> None:
+    if x.dim() != 4:
+        raise ValueError(f"expected x [b, T, H, P], got {tuple(x.shape)}")
+    batch, seq_len, heads, dim_p = x.shape
+    if seq_len < 1:
+        raise ValueError("T must be at least 1")
+    if tuple(dt.shape) != (batch, seq_len, heads):
+        raise ValueError(
+            f"expected dt [b, T, H] = {(batch, seq_len, heads)}, got {tuple(dt.shape)}"
+        )
+    if tuple(A.shape) != (heads,):
+        raise ValueError(f"expected A [H] = {(heads,)}, got {tuple(A.shape)}")
+    if B.dim() != 4 or tuple(B.shape[:2]) != (batch, seq_len) or C.shape != B.shape:
+        raise ValueError(
+            f"expected B and C [b, T, G, N] with b, T = {batch}, {seq_len}, "
+            f"got {tuple(B.shape)}, {tuple(C.shape)}"
+        )
+    groups, dim_n = B.shape[2], B.shape[3]
+    if groups < 1 or heads % groups:
+        raise ValueError(f"H = {heads} heads must be a multiple of G = {groups} groups")
+    if D is not None and tuple(D.shape) != (heads,):
+        raise ValueError(f"expected D [H] = {(heads,)}, got {tuple(D.shape)}")
+    if initial_state is not None:
+        expected = (batch, heads, dim_n, dim_p)
+        if tuple(initial_state.shape) != expected:
+            raise ValueError(f"expected initial_state {expected}, got {tuple(initial_state.shape)}")
+
+
+def _chunk_cumsum(a: torch.Tensor) -> torch.Tensor:
+    """Cumulative sums of the float64 log decays ``a`` [b, T, H] inside each chunk of
+    CHUNK_SIZE steps, same shape (the layout gdn's _load_gate_cumsum reads)."""
+    batch, seq_len, heads = a.shape
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    padded = F.pad(a, (0, 0, 0, num_chunks * CHUNK_SIZE - seq_len))
+    g_cum = padded.view(batch, num_chunks, CHUNK_SIZE, heads).cumsum(dim=2)
+    return g_cum.view(batch, num_chunks * CHUNK_SIZE, heads)[:, :seq_len].contiguous()
+
+
+def chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state):
+    """Launch the two forward kernels; returns y, the final state and what backward needs."""
+    batch, seq_len, heads, dim_p = x.shape
+    groups, dim_n = B.shape[2], B.shape[3]
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    block_n, block_p = _tile(dim_n), _tile(dim_p)
+    prec = _dot_precision(x.dtype)
+    f32 = dict(device=x.device, dtype=torch.float32)
+    # fp64 log decays and their chunk-wise sums: decay factors are exp(G_i - G_j), and the
+    # difference of two large fp32 sums would lose the small ones (see gdn/chunk_fwd.py).
+    g_cum = _chunk_cumsum(dt.double() * A.double())
+
+    states = torch.empty(batch, num_chunks, heads, dim_n, dim_p, **f32)
+    final_state = torch.empty(batch, heads, dim_n, dim_p, **f32) if output_final_state else None
+    h0 = _aligned(initial_state.float()) if initial_state is not None else None
+    grid = (triton.cdiv(dim_p, block_p), triton.cdiv(dim_n, block_n), batch * heads)
+    _ssd_state_fwd_kernel[grid](
+        x,
+        dt,
+        B,
+        g_cum,
+        h0 if h0 is not None else states,
+        states,
+        final_state if final_state is not None else states,
+        seq_len,
+        num_chunks,
+        H=heads,
+        G=groups,
+        N=dim_n,
+        P=dim_p,
+        C=CHUNK_SIZE,
+        BN=block_n,
+        BP=block_p,
+        HAS_H0=h0 is not None,
+        STORE_HT=final_state is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["state_fwd"],
+    )
+    y = torch.empty_like(x)
+    _ssd_output_fwd_kernel[(triton.cdiv(dim_p, block_p), num_chunks, batch * heads)](
+        x,
+        dt,
+        B,
+        C,
+        D if D is not None else dt,
+        g_cum,
+        states,
+        y,
+        seq_len,
+        num_chunks,
+        H=heads,
+        G=groups,
+        N=dim_n,
+        P=dim_p,
+        C=CHUNK_SIZE,
+        BN=block_n,
+        BP=block_p,
+        HAS_D=D is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["output_fwd"],
+    )
+    return y, final_state, (g_cum, states)
+
+
+def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
+    """Launch the two backward kernels and finish in torch; returns dx, ddt, dA, dB, dC, dD,
+    dh0 (dD and dh0 None where D or the initial state were not given)."""
+    g_cum, states = saved
+    batch, seq_len, heads, dim_p = x.shape
+    groups, dim_n = B.shape[2], B.shape[3]
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    block_n, block_p = _tile(dim_n), _tile(dim_p)
+    prec = _dot_precision(x.dtype)
+    f32 = dict(device=x.device, dtype=torch.float32)
+
+    d_states = torch.empty(batch, num_chunks, heads, dim_n, dim_p, **f32)
+    dh0 = torch.empty(batch, heads, dim_n, dim_p, **f32) if has_initial_state else None
+    dht = _aligned(dht.float()) if dht is not None else None
+    grid = (triton.cdiv(dim_p, block_p), triton.cdiv(dim_n, block_n), batch * heads)
+    _ssd_state_bwd_kernel[grid](
+        C,
+        g_cum,
+        dy,
+        dht if dht is not None else d_states,
+        d_states,
+        dh0 if dh0 is not None else d_states,
+        seq_len,
+        num_chunks,
+        H=heads,
+        G=groups,
+        N=dim_n,
+        P=dim_p,
+        C=CHUNK_SIZE,
+        BN=block_n,
+        BP=block_p,
+        HAS_DHT=dht is not None,
+        STORE_DH0=dh0 is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["state_bwd"],
+    )
+
+    dx = torch.empty_like(x)
+    ddt_direct = torch.empty(batch, seq_len, heads, **f32)
+    d_a = torch.empty(batch, seq_len, heads, **f32)
+    db_head = torch.empty(batch, seq_len, heads, dim_n, **f32)
+    dc_head = torch.empty(batch, seq_len, heads, dim_n, **f32)
+    _ssd_chunk_bwd_kernel[(num_chunks, batch * heads)](
+        x,
+        dt,
+        B,
+        C,
+        D if D is not None else dt,
+        g_cum,
+        states,
+        d_states,
+        dy,
+        dx,
+        ddt_direct,
+        d_a,
+        db_head,
+        dc_head,
+        seq_len,
+        num_chunks,
+        H=heads,
+        G=groups,
+        N=dim_n,
+        P=dim_p,
+        C=CHUNK_SIZE,
+        BN=block_n,
+        BP=block_p,
+        HAS_D=D is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["chunk_bwd"],
+    )
+    # a = dt A: d dt = direct part + A d a; dA = sum over b, T of dt d a (float64 sums).
+    d_a64 = d_a.double()
+    ddt = (ddt_direct.double() + A.double() * d_a64).to(dt.dtype)
+    dA = (dt.double() * d_a64).sum(dim=(0, 1)).to(A.dtype)
+    # The heads of a group share B and C rows: their gradients add up.
+    per_group = (batch, seq_len, groups, heads // groups, dim_n)
+    dB = db_head.view(per_group).sum(dim=3).to(B.dtype)
+    dC = dc_head.view(per_group).sum(dim=3).to(C.dtype)
+    dD = None
+    if D is not None:
+        dD = (x.double() * dy.double()).sum(dim=(0, 1, 3)).to(D.dtype)
+    return dx, ddt, dA, dB, dC, dD, dh0
+
+
+class ChunkSSDFunction(torch.autograd.Function):
+    """Forward saves the fp64 chunk-wise cumulative log decays and the fp32 chunk states, so
+    the backward recomputes nothing sequential except its own reverse scan."""
+
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, D, initial_state, output_final_state):
+        y, final_state, saved = chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state)
+        ctx.save_for_backward(x, dt, A, B, C, D, *saved)
+        ctx.has_initial_state = initial_state is not None
+        ctx.initial_state_dtype = initial_state.dtype if initial_state is not None else None
+        return y, final_state
+
+    @staticmethod
+    def backward(ctx, dy, dht):
+        x, dt, A, B, C, D, *saved = ctx.saved_tensors
+        dx, ddt, dA, dB, dC, dD, dh0 = chunk_ssd_bwd(
+            x, dt, A, B, C, D, ctx.has_initial_state, saved, _aligned(dy), dht
+        )
+        if dh0 is not None:
+            dh0 = dh0.to(ctx.initial_state_dtype)
+        return dx, ddt, dA, dB, dC, dD, dh0, None
+
+
+def chunk_ssd(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Mamba-2's SSD layer, chunked (chunk size 64), forward and backward in Triton.
+
+    ``h_t = exp(dt_t A_h) h_{t-1} + dt_t B_t x_t^T``, ``y_t = C_t^T h_t + D_h x_t``, head h
+    reading group ``h // (H // G)`` of B and C.
+
+    Args:
+        x: [b, T, H, P]. dt: [b, T, H], positive (softplus applied by the caller). A: [H].
+            B, C: [b, T, G, N] with H % G == 0. D: optional [H]. fp32, fp16 or bf16; the
+            state and all accumulation are fp32, the log decays fp64.
+        initial_state: optional [b, H, N, P] fp32 state entering step 0.
+        output_final_state: also return the state after the last step.
+
+    Returns:
+        (y, final_state): y [b, T, H, P] in x's dtype; final_state [b, H, N, P] fp32, or
+        None when ``output_final_state`` is False. Differentiable in x, dt, A, B, C, D and
+        initial_state; deterministic (no atomics, fixed launch configurations).
+    """
+    _check_inputs(x, dt, A, B, C, D, initial_state)
+    x, dt, A, B, C = (_aligned(t) for t in (x, dt, A, B, C))
+    D = _aligned(D) if D is not None else None
+    return ChunkSSDFunction.apply(x, dt, A, B, C, D, initial_state, output_final_state)

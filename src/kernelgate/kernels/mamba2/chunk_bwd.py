@@ -1,0 +1,261 @@
+"""Chunked backward of Mamba-2's SSD layer in Triton (notation as in chunk_fwd.py).
+
+Reverse-mode derivation, per chunk with entering state H, upstream gradients dY and dH_next
+(the gradient reaching the state that leaves the chunk), ``S = (C B^T) * L``:
+
+* reverse state scan: ``dH = exp(G_L) dH_next + C^T diag(exp(G)) dY``, from the final
+  state's gradient; what reaches chunk 0's entering state is d initial_state;
+* ``dXdt = S^T dY + diag(exp(G_L - G)) B dH_next``, so ``dX = diag(dt) dXdt + D_h dY`` and
+  the direct part of d dt is the row sums of ``X * dXdt``;
+* with ``dSL = (dY Xdt^T) * L`` (the gradient of C B^T): ``dC = dSL B + diag(exp(G)) dY H^T``
+  and ``dB = dSL^T C + diag(exp(G_L - G)) Xdt dH_next^T``, per head (the heads of a group
+  are summed afterwards, in a fixed order);
+* gate: each factor ``exp(G_i - G_j)`` of S sends (gradient x value) ``e_ij`` to dG_i and
+  its negative to dG_j; ``exp(G_i)`` of the inter-chunk output sends ``C_i . dC_inter_i``
+  to dG_i; ``exp(G_L - G_j)`` of the state update sends ``Xdt_j . dXdt_state_j`` to dG_L
+  and its negative to dG_j; ``exp(G_L)`` sends ``exp(G_L) <H, dH_next>`` to dG_L. Then
+  ``da_t = sum_{i >= t in chunk} dG_i + dG_L``, and from ``a = dt A``:
+  ``d dt += A_h da`` and ``dA_h = sum dt da`` (both in the torch wrapper, chunk.py).
+
+Two kernels: ``_ssd_state_bwd_kernel`` (reverse scan, one program per (P tile, N tile,
+batch * head)) and ``_ssd_chunk_bwd_kernel`` (one program per (chunk, batch * head), all of
+N and P in tiles). No atomics; every partial goes through a buffer and is summed in a fixed
+order, so gradients are bitwise reproducible.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
+
+
+@triton.jit(do_not_specialize=["NT"])
+def _ssd_state_bwd_kernel(
+    c_ptr,
+    gcum_ptr,
+    dy_ptr,
+    dht_ptr,  # inputs
+    dh_ptr,
+    dh0_ptr,  # outputs (fp32): every chunk's dH_next, d initial_state
+    T,
+    NT,
+    H: tl.constexpr,
+    G: tl.constexpr,
+    N: tl.constexpr,
+    P: tl.constexpr,
+    C: tl.constexpr,
+    BN: tl.constexpr,
+    BP: tl.constexpr,
+    HAS_DHT: tl.constexpr,
+    STORE_DH0: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Reverse scan for one [BN, BP] tile of one head's state gradient: stores dH_next of
+    every chunk, then dH = exp(G_L) dH_next + C^T diag(exp(G)) dY."""
+    i_p = tl.program_id(0)
+    i_nb = tl.program_id(1)
+    i_bh = tl.program_id(2)
+    i_b = (i_bh // H).to(tl.int64)
+    i_h = i_bh % H
+    i_g = i_h // (H // G)
+    o_c = tl.arange(0, C)
+    o_n = i_nb * BN + tl.arange(0, BN)
+    o_p = i_p * BP + tl.arange(0, BP)
+    m_n = o_n < N
+    m_p = o_p < P
+    m_np = m_n[:, None] & m_p[None, :]
+    tile_off = o_n[:, None] * P + o_p[None, :]
+
+    d_state = tl.zeros([BN, BP], dtype=tl.float32)
+    if HAS_DHT:
+        d_state += tl.load(dht_ptr + i_bh.to(tl.int64) * N * P + tile_off, mask=m_np, other=0.0)
+    for step in range(0, NT):
+        i_c = NT - 1 - step
+        tl.store(dh_ptr + ((i_b * NT + i_c) * H + i_h) * N * P + tile_off, d_state, mask=m_np)
+        t_idx = i_c * C + o_c
+        m_t = t_idx < T
+        g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_c, T, H, C)
+        gamma = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0)
+        b_dy = tl.load(
+            dy_ptr + ((i_b * T + t_idx) * H + i_h)[:, None] * P + o_p[None, :],
+            mask=m_t[:, None] & m_p[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        b_ct = tl.load(
+            c_ptr + ((i_b * T + t_idx) * G + i_g)[None, :] * N + o_n[:, None],
+            mask=m_n[:, None] & m_t[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        chunk_decay = tl.exp(g_last.to(tl.float32))
+        d_state = d_state * chunk_decay + tl.dot(b_ct, b_dy * gamma[:, None], input_precision=PREC)
+    if STORE_DH0:
+        tl.store(dh0_ptr + i_bh.to(tl.int64) * N * P + tile_off, d_state, mask=m_np)
+
+
+@triton.jit(do_not_specialize=["NT"])
+def _ssd_chunk_bwd_kernel(
+    x_ptr,
+    dt_ptr,
+    b_ptr,
+    c_ptr,
+    d_ptr,
+    gcum_ptr,
+    h_ptr,
+    dh_ptr,
+    dy_ptr,  # inputs
+    dx_ptr,  # output, in x's dtype
+    ddt_ptr,
+    dg_ptr,
+    db_ptr,
+    dc_ptr,  # outputs (fp32): direct d dt, d a, per-head dB and dC
+    T,
+    NT,
+    H: tl.constexpr,
+    G: tl.constexpr,
+    N: tl.constexpr,
+    P: tl.constexpr,
+    C: tl.constexpr,
+    BN: tl.constexpr,
+    BP: tl.constexpr,
+    HAS_D: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Every gradient of one chunk of one head: dX, the direct part of d dt, the per-head
+    dB and dC, and d a (the reverse cumulative sum of dG inside the chunk plus dG_L)."""
+    i_c = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = (i_bh // H).to(tl.int64)
+    i_h = i_bh % H
+    i_g = i_h // (H // G)
+    o_c = tl.arange(0, C)
+    t_idx = i_c * C + o_c
+    m_t = t_idx < T
+    row = (i_b * T + t_idx) * H + i_h  # rows of x, dt, y and the per-head outputs
+    bc_row = (i_b * T + t_idx) * G + i_g  # rows of B and C
+    state_base = ((i_b * NT + i_c) * H + i_h) * N * P
+
+    dt = tl.load(dt_ptr + row, mask=m_t, other=0.0).to(tl.float32)
+    g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_c, T, H, C)
+    gamma = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0)
+    to_end = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0)
+    chunk_decay = tl.exp(g_last.to(tl.float32))
+
+    # Pass 1: dY Xdt^T (over P) and C B^T (over N).
+    acc_dyx = tl.zeros([C, C], dtype=tl.float32)
+    for p0 in range(0, P, BP):
+        o_p = p0 + tl.arange(0, BP)
+        m_tp = m_t[:, None] & (o_p < P)[None, :]
+        b_dy = tl.load(dy_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(
+            tl.float32
+        )
+        b_x = tl.load(x_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(tl.float32)
+        acc_dyx += tl.dot(b_dy, tl.trans(b_x * dt[:, None]), input_precision=PREC)
+    acc_cb = tl.zeros([C, C], dtype=tl.float32)
+    for n0 in range(0, N, BN):
+        o_n = n0 + tl.arange(0, BN)
+        m_tn = m_t[:, None] & (o_n < N)[None, :]
+        b_c = tl.load(c_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_tn, other=0.0).to(
+            tl.float32
+        )
+        b_b = tl.load(b_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_tn, other=0.0).to(
+            tl.float32
+        )
+        acc_cb += tl.dot(b_c, tl.trans(b_b), input_precision=PREC)
+    decay = _decay(g_cum, g_cum, o_c[:, None] >= o_c[None, :])
+    scores = acc_cb * decay  # S
+    d_scores = acc_dyx * decay  # dSL, the gradient of C B^T
+    e = acc_dyx * scores
+    d_gcum = tl.sum(e, axis=1) - tl.sum(e, axis=0)
+    d_glast = tl.sum(tl.zeros([C], dtype=tl.float32), axis=0)
+
+    # Pass 2, per P tile: dXdt = S^T dY + diag(exp(G_L - G)) B dH_next -> dX, d dt.
+    d_dt = tl.zeros([C], dtype=tl.float32)
+    scores_t = tl.trans(scores)
+    for p0 in range(0, P, BP):
+        o_p = p0 + tl.arange(0, BP)
+        m_p = o_p < P
+        m_tp = m_t[:, None] & m_p[None, :]
+        b_dy = tl.load(dy_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(
+            tl.float32
+        )
+        b_x = tl.load(x_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(tl.float32)
+        acc_state = tl.zeros([C, BP], dtype=tl.float32)  # B dH_next
+        for n0 in range(0, N, BN):
+            o_n = n0 + tl.arange(0, BN)
+            m_n = o_n < N
+            b_b = tl.load(
+                b_ptr + bc_row[:, None] * N + o_n[None, :],
+                mask=m_t[:, None] & m_n[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            b_dh = tl.load(
+                dh_ptr + state_base + o_n[:, None] * P + o_p[None, :],
+                mask=m_n[:, None] & m_p[None, :],
+                other=0.0,
+            )
+            acc_state += tl.dot(b_b, b_dh, input_precision=PREC)
+        d_xdt_state = acc_state * to_end[:, None]
+        d_xdt = tl.dot(scores_t, b_dy, input_precision=PREC) + d_xdt_state
+        through_state = tl.sum(b_x * dt[:, None] * d_xdt_state, axis=1)
+        d_gcum -= through_state
+        d_glast += tl.sum(through_state, axis=0)
+        d_dt += tl.sum(b_x * d_xdt, axis=1)
+        b_dx = d_xdt * dt[:, None]
+        if HAS_D:
+            b_dx += tl.load(d_ptr + i_h).to(tl.float32) * b_dy
+        tl.store(
+            dx_ptr + row[:, None] * P + o_p[None, :], b_dx.to(dx_ptr.dtype.element_ty), mask=m_tp
+        )
+
+    # Pass 3, per N tile: dC = dSL B + diag(exp(G)) dY H^T, dB = dSL^T C + diag(exp(G_L - G))
+    # Xdt dH_next^T, and the gate terms of exp(G) and exp(G_L).
+    d_scores_t = tl.trans(d_scores)
+    h_dh = tl.sum(tl.zeros([C], dtype=tl.float32), axis=0)  # <H, dH_next>
+    for n0 in range(0, N, BN):
+        o_n = n0 + tl.arange(0, BN)
+        m_n = o_n < N
+        m_tn = m_t[:, None] & m_n[None, :]
+        b_c = tl.load(c_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_tn, other=0.0).to(
+            tl.float32
+        )
+        b_b = tl.load(b_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_tn, other=0.0).to(
+            tl.float32
+        )
+        acc_dyh = tl.zeros([C, BN], dtype=tl.float32)  # dY H^T
+        acc_xdh = tl.zeros([C, BN], dtype=tl.float32)  # Xdt dH_next^T
+        for p0 in range(0, P, BP):
+            o_p = p0 + tl.arange(0, BP)
+            m_p = o_p < P
+            m_tp = m_t[:, None] & m_p[None, :]
+            m_np = m_n[:, None] & m_p[None, :]
+            b_dy = tl.load(dy_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(
+                tl.float32
+            )
+            b_x = tl.load(x_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(
+                tl.float32
+            )
+            b_h = tl.load(
+                h_ptr + state_base + o_n[:, None] * P + o_p[None, :], mask=m_np, other=0.0
+            )
+            b_dh = tl.load(
+                dh_ptr + state_base + o_n[:, None] * P + o_p[None, :], mask=m_np, other=0.0
+            )
+            acc_dyh += tl.dot(b_dy, tl.trans(b_h), input_precision=PREC)
+            acc_xdh += tl.dot(b_x * dt[:, None], tl.trans(b_dh), input_precision=PREC)
+            h_dh += tl.sum(tl.sum(b_h * b_dh, axis=1), axis=0)
+        d_c_inter = acc_dyh * gamma[:, None]
+        d_gcum += tl.sum(b_c * d_c_inter, axis=1)
+        b_dc = tl.dot(d_scores, b_b, input_precision=PREC) + d_c_inter
+        b_db = tl.dot(d_scores_t, b_c, input_precision=PREC) + acc_xdh * to_end[:, None]
+        tl.store(dc_ptr + row[:, None] * N + o_n[None, :], b_dc, mask=m_tn)
+        tl.store(db_ptr + row[:, None] * N + o_n[None, :], b_db, mask=m_tn)
+    d_glast += chunk_decay * h_dh
+
+    d_gcum = tl.where(m_t, d_gcum, 0.0)
+    # da_t = sum_{i >= t} dG_i + dG_L (G_L is the sum of every a of the chunk).
+    suffix = o_c[:, None] <= o_c[None, :]
+    d_a = tl.sum(tl.where(suffix, d_gcum[None, :], 0.0), axis=1) + d_glast
+    tl.store(dg_ptr + row, d_a, mask=m_t)
+    tl.store(ddt_ptr + row, d_dt, mask=m_t)
