@@ -10,12 +10,14 @@ Reverse-mode derivation, per chunk with entering state H, upstream gradients dY 
 * with ``dSL = (dY Xdt^T) * L`` (the gradient of C B^T): ``dC = dSL B + diag(exp(G)) dY H^T``
   and ``dB = dSL^T C + diag(exp(G_L - G)) Xdt dH_next^T``, per head (the heads of a group
   are summed afterwards, in a fixed order);
-* gate: each factor ``exp(G_i - G_j)`` of S sends (gradient x value) ``e_ij`` to dG_i and
-  its negative to dG_j; ``exp(G_i)`` of the inter-chunk output sends ``C_i . dC_inter_i``
-  to dG_i; ``exp(G_L - G_j)`` of the state update sends ``Xdt_j . dXdt_state_j`` to dG_L
-  and its negative to dG_j; ``exp(G_L)`` sends ``exp(G_L) <H, dH_next>`` to dG_L. Then
-  ``da_t = sum_{i >= t in chunk} dG_i + dG_L``, and from ``a = dt A``:
-  ``d dt += A_h da`` and ``dA_h = sum dt da`` (both in the torch wrapper, chunk.py).
+* gate: the log decay a_t of a chunk step enters ``exp(G_i - G_j)`` for the pairs
+  j < t <= i, ``exp(G_i)`` for i >= t, ``exp(G_L - G_j)`` for j < t and ``exp(G_L)``, so
+  ``da_t = sum_{i >= t, j < t} e_ij + sum_{i >= t} C_i . dC_inter_i
+  + sum_{j < t} Xdt_j . dXdt_state_j + exp(G_L) <H, dH_next>`` with ``e = (dY Xdt^T) * S``
+  (gradient x value of each factor). Summed this way, not as the reverse cumulative sum of
+  per-position terms (+e_ij at i, -e_ij at j), whose pairs on one side of t cancel only up
+  to fp32 rounding (that made dA 20-80x less accurate than the fp32 recurrence's).
+  From ``a = dt A``: ``d dt += A_h da`` and ``dA_h = sum dt da`` (in the torch wrapper).
 
 Two kernels: ``_ssd_state_bwd_kernel`` (reverse scan, one program per (P tile, N tile,
 batch * head)) and ``_ssd_chunk_bwd_kernel`` (one program per (chunk, batch * head), all of
@@ -166,9 +168,9 @@ def _ssd_chunk_bwd_kernel(
     decay = _decay(g_cum, g_cum, o_c[:, None] >= o_c[None, :])
     scores = acc_cb * decay  # S
     d_scores = acc_dyx * decay  # dSL, the gradient of C B^T
-    e = acc_dyx * scores
-    d_gcum = tl.sum(e, axis=1) - tl.sum(e, axis=0)
-    d_glast = tl.sum(tl.zeros([C], dtype=tl.float32), axis=0)
+    e = acc_dyx * scores  # (gradient of S_ij) x S_ij: what exp(G_i - G_j) passes on
+    through_state = tl.zeros([C], dtype=tl.float32)  # what exp(G_L - G_j) passes on
+    through_inter = tl.zeros([C], dtype=tl.float32)  # what exp(G_i) passes on
 
     # Pass 2, per P tile: dXdt = S^T dY + diag(exp(G_L - G)) B dH_next -> dX, d dt.
     d_dt = tl.zeros([C], dtype=tl.float32)
@@ -198,9 +200,7 @@ def _ssd_chunk_bwd_kernel(
             acc_state += tl.dot(b_b, b_dh, input_precision=PREC)
         d_xdt_state = acc_state * to_end[:, None]
         d_xdt = tl.dot(scores_t, b_dy, input_precision=PREC) + d_xdt_state
-        through_state = tl.sum(b_x * dt[:, None] * d_xdt_state, axis=1)
-        d_gcum -= through_state
-        d_glast += tl.sum(through_state, axis=0)
+        through_state += tl.sum(b_x * dt[:, None] * d_xdt_state, axis=1)
         d_dt += tl.sum(b_x * d_xdt, axis=1)
         b_dx = d_xdt * dt[:, None]
         if HAS_D:
@@ -246,16 +246,20 @@ def _ssd_chunk_bwd_kernel(
             acc_xdh += tl.dot(b_x * dt[:, None], tl.trans(b_dh), input_precision=PREC)
             h_dh += tl.sum(tl.sum(b_h * b_dh, axis=1), axis=0)
         d_c_inter = acc_dyh * gamma[:, None]
-        d_gcum += tl.sum(b_c * d_c_inter, axis=1)
+        through_inter += tl.sum(b_c * d_c_inter, axis=1)
         b_dc = tl.dot(d_scores, b_b, input_precision=PREC) + d_c_inter
         b_db = tl.dot(d_scores_t, b_c, input_precision=PREC) + acc_xdh * to_end[:, None]
         tl.store(dc_ptr + row[:, None] * N + o_n[None, :], b_dc, mask=m_tn)
         tl.store(db_ptr + row[:, None] * N + o_n[None, :], b_db, mask=m_tn)
-    d_glast += chunk_decay * h_dh
 
-    d_gcum = tl.where(m_t, d_gcum, 0.0)
-    # da_t = sum_{i >= t} dG_i + dG_L (G_L is the sum of every a of the chunk).
-    suffix = o_c[:, None] <= o_c[None, :]
-    d_a = tl.sum(tl.where(suffix, d_gcum[None, :], 0.0), axis=1) + d_glast
+    # a_t enters exp(G_i - G_j) for j < t <= i, exp(G_i) for i >= t, exp(G_L - G_j) for
+    # j < t and exp(G_L) always. Summing exactly those terms (rather than the reverse cumsum of
+    # per-position dG, where the terms of pairs on the same side of t cancel in fp32) keeps
+    # d a as accurate as the fp32 recurrence's.
+    rows_from_t = o_c[:, None] >= o_c[None, :]  # [i, t]: i >= t
+    before_t = tl.cumsum(e, axis=1) - e  # [i, t]: sum over j < t of e_ij
+    d_a = tl.sum(tl.where(rows_from_t, before_t + through_inter[:, None], 0.0), axis=0)
+    d_a += tl.sum(tl.where(rows_from_t, 0.0, through_state[:, None]), axis=0)  # j < t
+    d_a += chunk_decay * h_dh
     tl.store(dg_ptr + row, d_a, mask=m_t)
     tl.store(ddt_ptr + row, d_dt, mask=m_t)
