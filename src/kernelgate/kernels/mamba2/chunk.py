@@ -13,13 +13,19 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from kernelgate.kernels.gdn.chunk import _aligned, _dot_precision
+from kernelgate.kernels.gdn.chunk import _aligned, _dot_precision, _round_up
 from kernelgate.kernels.mamba2.chunk_bwd import _ssd_chunk_bwd_kernel, _ssd_state_bwd_kernel
 from kernelgate.kernels.mamba2.chunk_fwd import _ssd_output_fwd_kernel, _ssd_state_fwd_kernel
 
 CHUNK_SIZE = 64
-MAX_TILE = 64  # widest N and P tile; larger N, P loop over tiles
-NUM_WARPS = {"state_fwd": 4, "output_fwd": 4, "state_bwd": 4, "chunk_bwd": 8}
+MAX_TILE = 64  # widest N and P tile of the backward kernels; larger N, P loop over tiles
+# The forward follows the Gated DeltaNet forward's register recipe (gdn/chunk_fwd.py): dots
+# read both operands from memory and reduce over REDUCE_BLOCK, 8 warps. Fixed configurations,
+# no autotuning (its pick can change between runs, and it cannot run under the interpreter).
+REDUCE_BLOCK = 32
+SCAN_TILE = 32  # the [N, P] state tile of one forward scan program
+OUTPUT_BLOCK_P = 32
+NUM_WARPS = {"state_fwd": 8, "output_fwd": 8, "state_bwd": 4, "chunk_bwd": 8}
 
 
 def _tile(dim: int) -> int:
@@ -70,7 +76,6 @@ def chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state):
     batch, seq_len, heads, dim_p = x.shape
     groups, dim_n = B.shape[2], B.shape[3]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
-    block_n, block_p = _tile(dim_n), _tile(dim_p)
     prec = _dot_precision(x.dtype)
     f32 = dict(device=x.device, dtype=torch.float32)
     # fp64 log decays and their chunk-wise sums: decay factors are exp(G_i - G_j), and the
@@ -80,7 +85,8 @@ def chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state):
     states = torch.empty(batch, num_chunks, heads, dim_n, dim_p, **f32)
     final_state = torch.empty(batch, heads, dim_n, dim_p, **f32) if output_final_state else None
     h0 = _aligned(initial_state.float()) if initial_state is not None else None
-    grid = (triton.cdiv(dim_p, block_p), triton.cdiv(dim_n, block_n), batch * heads)
+    grid = (triton.cdiv(dim_p, SCAN_TILE), triton.cdiv(dim_n, SCAN_TILE), batch * heads)
+    scaled_x = torch.empty(grid[0] * grid[1] * grid[2], CHUNK_SIZE, SCAN_TILE, **f32)
     _ssd_state_fwd_kernel[grid](
         x,
         dt,
@@ -89,6 +95,7 @@ def chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state):
         h0 if h0 is not None else states,
         states,
         final_state if final_state is not None else states,
+        scaled_x,
         seq_len,
         num_chunks,
         H=heads,
@@ -96,15 +103,18 @@ def chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state):
         N=dim_n,
         P=dim_p,
         C=CHUNK_SIZE,
-        BN=block_n,
-        BP=block_p,
+        RC=REDUCE_BLOCK,
+        BN=SCAN_TILE,
+        BP=SCAN_TILE,
         HAS_H0=h0 is not None,
         STORE_HT=final_state is not None,
         PREC=prec,
         num_warps=NUM_WARPS["state_fwd"],
     )
+    del scaled_x
     y = torch.empty_like(x)
-    _ssd_output_fwd_kernel[(triton.cdiv(dim_p, block_p), num_chunks, batch * heads)](
+    scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    _ssd_output_fwd_kernel[(num_chunks, batch * heads)](
         x,
         dt,
         B,
@@ -113,15 +123,19 @@ def chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state):
         g_cum,
         states,
         y,
+        scores,
         seq_len,
         num_chunks,
+        _round_up(dim_n, REDUCE_BLOCK),
+        _round_up(dim_p, OUTPUT_BLOCK_P),
         H=heads,
         G=groups,
         N=dim_n,
         P=dim_p,
         C=CHUNK_SIZE,
-        BN=block_n,
-        BP=block_p,
+        RC=REDUCE_BLOCK,
+        RN=REDUCE_BLOCK,
+        BP=OUTPUT_BLOCK_P,
         HAS_D=D is not None,
         PREC=prec,
         num_warps=NUM_WARPS["output_fwd"],
