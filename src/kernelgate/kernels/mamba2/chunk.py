@@ -25,7 +25,7 @@ MAX_TILE = 64  # widest N and P tile of the backward kernels; larger N, P loop o
 REDUCE_BLOCK = 32
 SCAN_TILE = 32  # the [N, P] state tile of one forward scan program
 OUTPUT_BLOCK_P = 32
-NUM_WARPS = {"state_fwd": 8, "output_fwd": 8, "state_bwd": 4, "chunk_bwd": 8}
+NUM_WARPS = {"state_fwd": 8, "output_fwd": 8, "state_bwd": 8, "chunk_bwd": 8}
 
 
 def _tile(dim: int) -> int:
@@ -157,7 +157,8 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
     d_states = torch.empty(batch, num_chunks, heads, dim_n, dim_p, **f32)
     dh0 = torch.empty(batch, heads, dim_n, dim_p, **f32) if has_initial_state else None
     dht = _aligned(dht.float()) if dht is not None else None
-    grid = (triton.cdiv(dim_p, block_p), triton.cdiv(dim_n, block_n), batch * heads)
+    grid = (triton.cdiv(dim_p, SCAN_TILE), triton.cdiv(dim_n, SCAN_TILE), batch * heads)
+    scaled_dy = torch.empty(grid[0] * grid[1] * grid[2], CHUNK_SIZE, SCAN_TILE, **f32)
     _ssd_state_bwd_kernel[grid](
         C,
         g_cum,
@@ -165,6 +166,7 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
         dht if dht is not None else d_states,
         d_states,
         dh0 if dh0 is not None else d_states,
+        scaled_dy,
         seq_len,
         num_chunks,
         H=heads,
@@ -172,13 +174,15 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
         N=dim_n,
         P=dim_p,
         C=CHUNK_SIZE,
-        BN=block_n,
-        BP=block_p,
+        RC=REDUCE_BLOCK,
+        BN=SCAN_TILE,
+        BP=SCAN_TILE,
         HAS_DHT=dht is not None,
         STORE_DH0=dh0 is not None,
         PREC=prec,
         num_warps=NUM_WARPS["state_bwd"],
     )
+    del scaled_dy
 
     dx = torch.empty_like(x)
     ddt_direct = torch.empty(batch, seq_len, heads, **f32)

@@ -20,9 +20,9 @@ Reverse-mode derivation, per chunk with entering state H, upstream gradients dY 
   From ``a = dt A``: ``d dt += A_h da`` and ``dA_h = sum dt da`` (in the torch wrapper).
 
 Two kernels: ``_ssd_state_bwd_kernel`` (reverse scan, one program per (P tile, N tile,
-batch * head)) and ``_ssd_chunk_bwd_kernel`` (one program per (chunk, batch * head), all of
-N and P in tiles). No atomics; every partial goes through a buffer and is summed in a fixed
-order, so gradients are bitwise reproducible.
+batch * head), built like the forward scan) and ``_ssd_chunk_bwd_kernel`` (one program per
+(chunk, batch * head), all of N and P in tiles). No atomics; every partial goes through a
+buffer and is summed in a fixed order, so gradients are bitwise reproducible.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
+from kernelgate.kernels.mamba2.chunk_fwd import _ssd_state_update
 
 
 @triton.jit(do_not_specialize=["NT"])
@@ -41,6 +42,7 @@ def _ssd_state_bwd_kernel(
     dht_ptr,  # inputs
     dh_ptr,
     dh0_ptr,  # outputs (fp32): every chunk's dH_next, d initial_state
+    dys_ptr,  # scratch (fp32): this program's diag(exp(G)) dY, [C, BP]
     T,
     NT,
     H: tl.constexpr,
@@ -48,6 +50,7 @@ def _ssd_state_bwd_kernel(
     N: tl.constexpr,
     P: tl.constexpr,
     C: tl.constexpr,
+    RC: tl.constexpr,
     BN: tl.constexpr,
     BP: tl.constexpr,
     HAS_DHT: tl.constexpr,
@@ -55,7 +58,9 @@ def _ssd_state_bwd_kernel(
     PREC: tl.constexpr,
 ):
     """Reverse scan for one [BN, BP] tile of one head's state gradient: stores dH_next of
-    every chunk, then dH = exp(G_L) dH_next + C^T diag(exp(G)) dY."""
+    every chunk, dH = exp(G_L) dH_next + C^T diag(exp(G)) dY. Like the forward scan, the
+    gradient lives in its chunk buffer and the scaled dY goes through scratch, so every dot
+    reads both operands from memory (the forward's state update, with C in place of B)."""
     i_p = tl.program_id(0)
     i_nb = tl.program_id(1)
     i_bh = tl.program_id(2)
@@ -63,37 +68,77 @@ def _ssd_state_bwd_kernel(
     i_h = i_bh % H
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
+    o_bp = tl.arange(0, BP)
     o_n = i_nb * BN + tl.arange(0, BN)
-    o_p = i_p * BP + tl.arange(0, BP)
-    m_n = o_n < N
-    m_p = o_p < P
-    m_np = m_n[:, None] & m_p[None, :]
+    o_p = i_p * BP + o_bp
+    m_np = (o_n < N)[:, None] & (o_p < P)[None, :]
     tile_off = o_n[:, None] * P + o_p[None, :]
+    program = (i_bh.to(tl.int64) * tl.num_programs(1) + i_nb) * tl.num_programs(0) + i_p
+    scratch = dys_ptr + program * C * BP
 
-    d_state = tl.zeros([BN, BP], dtype=tl.float32)
+    tile = tl.zeros([BN, BP], dtype=tl.float32)
     if HAS_DHT:
-        d_state += tl.load(dht_ptr + i_bh.to(tl.int64) * N * P + tile_off, mask=m_np, other=0.0)
+        tile += tl.load(dht_ptr + i_bh.to(tl.int64) * N * P + tile_off, mask=m_np, other=0.0)
+    tl.store(dh_ptr + ((i_b * NT + NT - 1) * H + i_h) * N * P + tile_off, tile, mask=m_np)
     for step in range(0, NT):
         i_c = NT - 1 - step
-        tl.store(dh_ptr + ((i_b * NT + i_c) * H + i_h) * N * P + tile_off, d_state, mask=m_np)
         t_idx = i_c * C + o_c
         m_t = t_idx < T
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_c, T, H, C)
         gamma = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0)
         b_dy = tl.load(
             dy_ptr + ((i_b * T + t_idx) * H + i_h)[:, None] * P + o_p[None, :],
-            mask=m_t[:, None] & m_p[None, :],
+            mask=m_t[:, None] & (o_p < P)[None, :],
             other=0.0,
         ).to(tl.float32)
-        b_ct = tl.load(
-            c_ptr + ((i_b * T + t_idx) * G + i_g)[None, :] * N + o_n[:, None],
-            mask=m_n[:, None] & m_t[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        chunk_decay = tl.exp(g_last.to(tl.float32))
-        d_state = d_state * chunk_decay + tl.dot(b_ct, b_dy * gamma[:, None], input_precision=PREC)
-    if STORE_DH0:
-        tl.store(dh0_ptr + i_bh.to(tl.int64) * N * P + tile_off, d_state, mask=m_np)
+        tl.store(scratch + o_c[:, None] * BP + o_bp[None, :], b_dy * gamma[:, None])
+        tl.debug_barrier()
+        dh_src = dh_ptr + ((i_b * NT + i_c) * H + i_h) * N * P
+        if i_c > 0:
+            _ssd_state_update(
+                c_ptr,
+                scratch,
+                dh_src,
+                dh_src - H * N * P,
+                g_last,
+                i_b,
+                i_g,
+                i_c,
+                T,
+                o_n,
+                o_p,
+                G,
+                N,
+                P,
+                C,
+                RC,
+                BN,
+                BP,
+                PREC,
+            )
+    if STORE_DH0:  # chunk 0's update, from what its step left in scratch
+        _, g_last0 = _load_gate_cumsum(gcum_ptr, i_b, i_h, 0, T, H, C)
+        _ssd_state_update(
+            c_ptr,
+            scratch,
+            dh_ptr + (i_b * NT * H + i_h) * N * P,
+            dh0_ptr + i_bh.to(tl.int64) * N * P,
+            g_last0,
+            i_b,
+            i_g,
+            0,
+            T,
+            o_n,
+            o_p,
+            G,
+            N,
+            P,
+            C,
+            RC,
+            BN,
+            BP,
+            PREC,
+        )
 
 
 @triton.jit(do_not_specialize=["NT"])
