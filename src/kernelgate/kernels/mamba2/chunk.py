@@ -18,19 +18,13 @@ from kernelgate.kernels.mamba2.chunk_bwd import _ssd_chunk_bwd_kernel, _ssd_stat
 from kernelgate.kernels.mamba2.chunk_fwd import _ssd_output_fwd_kernel, _ssd_state_fwd_kernel
 
 CHUNK_SIZE = 64
-MAX_TILE = 64  # widest N and P tile of the backward kernels; larger N, P loop over tiles
-# The forward follows the Gated DeltaNet forward's register recipe (gdn/chunk_fwd.py): dots
+# Every kernel follows the Gated DeltaNet forward's register recipe (gdn/chunk_fwd.py): dots
 # read both operands from memory and reduce over REDUCE_BLOCK, 8 warps. Fixed configurations,
 # no autotuning (its pick can change between runs, and it cannot run under the interpreter).
 REDUCE_BLOCK = 32
 SCAN_TILE = 32  # the [N, P] state tile of one forward scan program
 OUTPUT_BLOCK_P = 32
 NUM_WARPS = {"state_fwd": 8, "output_fwd": 8, "state_bwd": 8, "chunk_bwd": 8}
-
-
-def _tile(dim: int) -> int:
-    """Power-of-two tile covering ``dim`` (tl.dot needs at least 16), at most MAX_TILE."""
-    return min(max(16, triton.next_power_of_2(dim)), MAX_TILE)
 
 
 def _check_inputs(x, dt, A, B, C, D, initial_state) -> None:
@@ -150,7 +144,6 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
     batch, seq_len, heads, dim_p = x.shape
     groups, dim_n = B.shape[2], B.shape[3]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
-    block_n, block_p = _tile(dim_n), _tile(dim_p)
     prec = _dot_precision(x.dtype)
     f32 = dict(device=x.device, dtype=torch.float32)
 
@@ -189,6 +182,8 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
     d_a = torch.empty(batch, seq_len, heads, **f32)
     db_head = torch.empty(batch, seq_len, heads, dim_n, **f32)
     dc_head = torch.empty(batch, seq_len, heads, dim_n, **f32)
+    scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    d_scores = torch.empty_like(scores)
     _ssd_chunk_bwd_kernel[(num_chunks, batch * heads)](
         x,
         dt,
@@ -204,19 +199,25 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
         d_a,
         db_head,
         dc_head,
+        scores,
+        d_scores,
         seq_len,
         num_chunks,
+        _round_up(dim_n, REDUCE_BLOCK),
+        _round_up(dim_p, REDUCE_BLOCK),
         H=heads,
         G=groups,
         N=dim_n,
         P=dim_p,
         C=CHUNK_SIZE,
-        BN=block_n,
-        BP=block_p,
+        RC=REDUCE_BLOCK,
+        RN=REDUCE_BLOCK,
+        BP=REDUCE_BLOCK,
         HAS_D=D is not None,
         PREC=prec,
         num_warps=NUM_WARPS["chunk_bwd"],
     )
+    del scores, d_scores
     # a = dt A: d dt = direct part + A d a; dA = sum over b, T of dt d a (float64 sums).
     d_a64 = d_a.double()
     ddt = (ddt_direct.double() + A.double() * d_a64).to(dt.dtype)

@@ -141,7 +141,7 @@ def _ssd_state_bwd_kernel(
         )
 
 
-@triton.jit(do_not_specialize=["NT"])
+@triton.jit(do_not_specialize=["NT", "N_END", "P_END"])  # a loop count of 1 must stay a loop
 def _ssd_chunk_bwd_kernel(
     x_ptr,
     dt_ptr,
@@ -157,29 +157,42 @@ def _ssd_chunk_bwd_kernel(
     dg_ptr,
     db_ptr,
     dc_ptr,  # outputs (fp32): direct d dt, d a, per-head dB and dC
+    s_ptr,
+    ds_ptr,  # scratch (fp32): this chunk's S and dSL, [C, C] per row like the outputs
     T,
     NT,
+    N_END,
+    P_END,
     H: tl.constexpr,
     G: tl.constexpr,
     N: tl.constexpr,
     P: tl.constexpr,
     C: tl.constexpr,
-    BN: tl.constexpr,
+    RC: tl.constexpr,
+    RN: tl.constexpr,
     BP: tl.constexpr,
     HAS_D: tl.constexpr,
     PREC: tl.constexpr,
 ):
     """Every gradient of one chunk of one head: dX, the direct part of d dt, the per-head
-    dB and dC, and d a (the reverse cumulative sum of dG inside the chunk plus dG_L)."""
+    dB and dC, and d a.
+
+    Built like the forward kernels (see chunk_fwd.py): S and dSL are formed once, stored, and
+    read back (also transposed, through the pointers) in column blocks of RC, so every dot
+    reads both operands from memory and reduces over at most RC = RN steps or channels; dt
+    scales dot results, never dot operands. ``N_END``, ``P_END`` are N and P rounded up to
+    whole tiles, runtime values so that a one-tile loop stays a loop."""
     i_c = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = (i_bh // H).to(tl.int64)
     i_h = i_bh % H
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
+    o_rc = tl.arange(0, RC)
+    o_rn = tl.arange(0, RN)
     t_idx = i_c * C + o_c
     m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h  # rows of x, dt, y and the per-head outputs
+    row = (i_b * T + t_idx) * H + i_h  # rows of x, dt, y, the scratch and per-head outputs
     bc_row = (i_b * T + t_idx) * G + i_g  # rows of B and C
     state_base = ((i_b * NT + i_c) * H + i_h) * N * P
 
@@ -188,49 +201,64 @@ def _ssd_chunk_bwd_kernel(
     gamma = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0)
     to_end = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0)
     chunk_decay = tl.exp(g_last.to(tl.float32))
-
-    # Pass 1: dY Xdt^T (over P) and C B^T (over N).
-    acc_dyx = tl.zeros([C, C], dtype=tl.float32)
-    for p0 in range(0, P, BP):
-        o_p = p0 + tl.arange(0, BP)
-        m_tp = m_t[:, None] & (o_p < P)[None, :]
-        b_dy = tl.load(dy_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(
-            tl.float32
-        )
-        b_x = tl.load(x_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(tl.float32)
-        acc_dyx += tl.dot(b_dy, tl.trans(b_x * dt[:, None]), input_precision=PREC)
-    acc_cb = tl.zeros([C, C], dtype=tl.float32)
-    for n0 in range(0, N, BN):
-        o_n = n0 + tl.arange(0, BN)
-        m_tn = m_t[:, None] & (o_n < N)[None, :]
-        b_c = tl.load(c_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_tn, other=0.0).to(
-            tl.float32
-        )
-        b_b = tl.load(b_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_tn, other=0.0).to(
-            tl.float32
-        )
-        acc_cb += tl.dot(b_c, tl.trans(b_b), input_precision=PREC)
     decay = _decay(g_cum, g_cum, o_c[:, None] >= o_c[None, :])
-    scores = acc_cb * decay  # S
-    d_scores = acc_dyx * decay  # dSL, the gradient of C B^T
-    e = acc_dyx * scores  # (gradient of S_ij) x S_ij: what exp(G_i - G_j) passes on
-    through_state = tl.zeros([C], dtype=tl.float32)  # what exp(G_L - G_j) passes on
-    through_inter = tl.zeros([C], dtype=tl.float32)  # what exp(G_i) passes on
 
-    # Pass 2, per P tile: dXdt = S^T dY + diag(exp(G_L - G)) B dH_next -> dX, d dt.
+    # S = (C B^T) * L and dSL = (dY Xdt^T) * L, stored for the dots below.
+    acc_cb = tl.zeros([C, C], dtype=tl.float32)
+    for n0 in range(0, N_END, RN):
+        o_n = n0 + o_rn
+        m_n = o_n < N
+        b_c = tl.load(
+            c_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_t[:, None] & m_n[None, :], other=0.0
+        ).to(tl.float32)
+        b_bt = tl.load(
+            b_ptr + bc_row[None, :] * N + o_n[:, None], mask=m_n[:, None] & m_t[None, :], other=0.0
+        ).to(tl.float32)
+        acc_cb += tl.dot(b_c, b_bt, input_precision=PREC)
+    scores = acc_cb * decay
+    tl.store(s_ptr + row[:, None] * C + o_c[None, :], scores, mask=m_t[:, None])
+    acc_dyx = tl.zeros([C, C], dtype=tl.float32)  # dY X^T
+    for p0 in range(0, P_END, RN):
+        o_p = p0 + o_rn
+        m_p = o_p < P
+        b_dy = tl.load(
+            dy_ptr + row[:, None] * P + o_p[None, :], mask=m_t[:, None] & m_p[None, :], other=0.0
+        ).to(tl.float32)
+        b_xt = tl.load(
+            x_ptr + row[None, :] * P + o_p[:, None], mask=m_p[:, None] & m_t[None, :], other=0.0
+        ).to(tl.float32)
+        acc_dyx += tl.dot(b_dy, b_xt, input_precision=PREC)
+    d_s = acc_dyx * dt[None, :]  # dY Xdt^T: the gradient of S
+    tl.store(ds_ptr + row[:, None] * C + o_c[None, :], d_s * decay, mask=m_t[:, None])
+    # a_t enters exp(G_i - G_j) for the pairs j < t <= i: gather e_ij = dS_ij S_ij over them
+    # (see the module docstring for why not a reverse cumsum of per-position terms).
+    e = d_s * scores
+    rows_from_t = o_c[:, None] >= o_c[None, :]  # [i, t]: i >= t
+    d_a = tl.sum(tl.where(rows_from_t, tl.cumsum(e, axis=1) - e, 0.0), axis=0)
+    tl.debug_barrier()
+
+    # Per P tile: dXdt = S^T dY + diag(exp(G_L - G)) B dH_next -> dX, d dt.
+    through_state = tl.zeros([C], dtype=tl.float32)  # what exp(G_L - G_j) passes on
     d_dt = tl.zeros([C], dtype=tl.float32)
-    scores_t = tl.trans(scores)
-    for p0 in range(0, P, BP):
+    for p0 in range(0, P_END, BP):
         o_p = p0 + tl.arange(0, BP)
         m_p = o_p < P
         m_tp = m_t[:, None] & m_p[None, :]
-        b_dy = tl.load(dy_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(
-            tl.float32
-        )
-        b_x = tl.load(x_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(tl.float32)
-        acc_state = tl.zeros([C, BP], dtype=tl.float32)  # B dH_next
-        for n0 in range(0, N, BN):
-            o_n = n0 + tl.arange(0, BN)
+        acc_sdy = tl.zeros([C, BP], dtype=tl.float32)  # S^T dY
+        for j0 in range(0, C // RC):
+            o_j = j0 * RC + o_rc
+            row_j = (i_b * T + i_c * C + o_j) * H + i_h
+            m_j = i_c * C + o_j < T
+            b_st = tl.load(s_ptr + row_j[None, :] * C + o_c[:, None], mask=m_j[None, :], other=0.0)
+            b_dy = tl.load(
+                dy_ptr + row_j[:, None] * P + o_p[None, :],
+                mask=m_j[:, None] & m_p[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            acc_sdy += tl.dot(b_st, b_dy, input_precision=PREC)
+        acc_bdh = tl.zeros([C, BP], dtype=tl.float32)  # B dH_next
+        for n0 in range(0, N_END, RN):
+            o_n = n0 + o_rn
             m_n = o_n < N
             b_b = tl.load(
                 b_ptr + bc_row[:, None] * N + o_n[None, :],
@@ -242,69 +270,83 @@ def _ssd_chunk_bwd_kernel(
                 mask=m_n[:, None] & m_p[None, :],
                 other=0.0,
             )
-            acc_state += tl.dot(b_b, b_dh, input_precision=PREC)
-        d_xdt_state = acc_state * to_end[:, None]
-        d_xdt = tl.dot(scores_t, b_dy, input_precision=PREC) + d_xdt_state
-        through_state += tl.sum(b_x * dt[:, None] * d_xdt_state, axis=1)
+            acc_bdh += tl.dot(b_b, b_dh, input_precision=PREC)
+        d_xdt_state = acc_bdh * to_end[:, None]
+        d_xdt = acc_sdy + d_xdt_state
+        b_x = tl.load(x_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(tl.float32)
+        through_state += tl.sum(b_x * d_xdt_state, axis=1) * dt
         d_dt += tl.sum(b_x * d_xdt, axis=1)
         b_dx = d_xdt * dt[:, None]
         if HAS_D:
-            b_dx += tl.load(d_ptr + i_h).to(tl.float32) * b_dy
+            b_dy = tl.load(dy_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0)
+            b_dx += tl.load(d_ptr + i_h).to(tl.float32) * b_dy.to(tl.float32)
         tl.store(
             dx_ptr + row[:, None] * P + o_p[None, :], b_dx.to(dx_ptr.dtype.element_ty), mask=m_tp
         )
 
-    # Pass 3, per N tile: dC = dSL B + diag(exp(G)) dY H^T, dB = dSL^T C + diag(exp(G_L - G))
-    # Xdt dH_next^T, and the gate terms of exp(G) and exp(G_L).
-    d_scores_t = tl.trans(d_scores)
+    # Per N tile: dC = dSL B + diag(exp(G)) dY H^T, dB = dSL^T C + diag(exp(G_L - G) dt)
+    # X dH_next^T, and the gate terms of exp(G) and exp(G_L).
+    through_inter = tl.zeros([C], dtype=tl.float32)  # what exp(G_i) passes on
     h_dh = tl.sum(tl.zeros([C], dtype=tl.float32), axis=0)  # <H, dH_next>
-    for n0 in range(0, N, BN):
-        o_n = n0 + tl.arange(0, BN)
+    for n0 in range(0, N_END, RN):
+        o_n = n0 + o_rn
         m_n = o_n < N
         m_tn = m_t[:, None] & m_n[None, :]
-        b_c = tl.load(c_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_tn, other=0.0).to(
-            tl.float32
-        )
-        b_b = tl.load(b_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_tn, other=0.0).to(
-            tl.float32
-        )
-        acc_dyh = tl.zeros([C, BN], dtype=tl.float32)  # dY H^T
-        acc_xdh = tl.zeros([C, BN], dtype=tl.float32)  # Xdt dH_next^T
-        for p0 in range(0, P, BP):
-            o_p = p0 + tl.arange(0, BP)
+        acc_dc = tl.zeros([C, RN], dtype=tl.float32)  # dSL B
+        acc_db = tl.zeros([C, RN], dtype=tl.float32)  # dSL^T C
+        for j0 in range(0, C // RC):
+            o_j = j0 * RC + o_rc
+            row_j = (i_b * T + i_c * C + o_j) * H + i_h
+            bc_row_j = (i_b * T + i_c * C + o_j) * G + i_g
+            m_jn = (i_c * C + o_j < T)[:, None] & m_n[None, :]
+            b_ds = tl.load(ds_ptr + row[:, None] * C + o_j[None, :], mask=m_t[:, None], other=0.0)
+            b_dst = tl.load(
+                ds_ptr + row_j[None, :] * C + o_c[:, None],
+                mask=(i_c * C + o_j < T)[None, :],
+                other=0.0,
+            )
+            b_b = tl.load(b_ptr + bc_row_j[:, None] * N + o_n[None, :], mask=m_jn, other=0.0).to(
+                tl.float32
+            )
+            b_c = tl.load(c_ptr + bc_row_j[:, None] * N + o_n[None, :], mask=m_jn, other=0.0).to(
+                tl.float32
+            )
+            acc_dc += tl.dot(b_ds, b_b, input_precision=PREC)
+            acc_db += tl.dot(b_dst, b_c, input_precision=PREC)
+        acc_dyh = tl.zeros([C, RN], dtype=tl.float32)  # dY H^T
+        acc_xdh = tl.zeros([C, RN], dtype=tl.float32)  # X dH_next^T
+        for p0 in range(0, P_END, RN):
+            o_p = p0 + o_rn
             m_p = o_p < P
             m_tp = m_t[:, None] & m_p[None, :]
-            m_np = m_n[:, None] & m_p[None, :]
+            m_pn = m_p[:, None] & m_n[None, :]
             b_dy = tl.load(dy_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(
                 tl.float32
             )
             b_x = tl.load(x_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(
                 tl.float32
             )
-            b_h = tl.load(
-                h_ptr + state_base + o_n[:, None] * P + o_p[None, :], mask=m_np, other=0.0
+            b_ht = tl.load(
+                h_ptr + state_base + o_n[None, :] * P + o_p[:, None], mask=m_pn, other=0.0
             )
-            b_dh = tl.load(
-                dh_ptr + state_base + o_n[:, None] * P + o_p[None, :], mask=m_np, other=0.0
+            b_dht = tl.load(
+                dh_ptr + state_base + o_n[None, :] * P + o_p[:, None], mask=m_pn, other=0.0
             )
-            acc_dyh += tl.dot(b_dy, tl.trans(b_h), input_precision=PREC)
-            acc_xdh += tl.dot(b_x * dt[:, None], tl.trans(b_dh), input_precision=PREC)
-            h_dh += tl.sum(tl.sum(b_h * b_dh, axis=1), axis=0)
+            acc_dyh += tl.dot(b_dy, b_ht, input_precision=PREC)
+            acc_xdh += tl.dot(b_x, b_dht, input_precision=PREC)
+            h_dh += tl.sum(tl.sum(b_ht * b_dht, axis=1), axis=0)
         d_c_inter = acc_dyh * gamma[:, None]
+        b_c = tl.load(c_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_tn, other=0.0).to(
+            tl.float32
+        )
         through_inter += tl.sum(b_c * d_c_inter, axis=1)
-        b_dc = tl.dot(d_scores, b_b, input_precision=PREC) + d_c_inter
-        b_db = tl.dot(d_scores_t, b_c, input_precision=PREC) + acc_xdh * to_end[:, None]
-        tl.store(dc_ptr + row[:, None] * N + o_n[None, :], b_dc, mask=m_tn)
+        tl.store(dc_ptr + row[:, None] * N + o_n[None, :], acc_dc + d_c_inter, mask=m_tn)
+        b_db = acc_db + acc_xdh * (to_end * dt)[:, None]
         tl.store(db_ptr + row[:, None] * N + o_n[None, :], b_db, mask=m_tn)
 
-    # a_t enters exp(G_i - G_j) for j < t <= i, exp(G_i) for i >= t, exp(G_L - G_j) for
-    # j < t and exp(G_L) always. Summing exactly those terms (rather than the reverse cumsum of
-    # per-position dG, where the terms of pairs on the same side of t cancel in fp32) keeps
-    # d a as accurate as the fp32 recurrence's.
-    rows_from_t = o_c[:, None] >= o_c[None, :]  # [i, t]: i >= t
-    before_t = tl.cumsum(e, axis=1) - e  # [i, t]: sum over j < t of e_ij
-    d_a = tl.sum(tl.where(rows_from_t, before_t + through_inter[:, None], 0.0), axis=0)
-    d_a += tl.sum(tl.where(rows_from_t, 0.0, through_state[:, None]), axis=0)  # j < t
+    # The rest of d a: exp(G_i) for i >= t, exp(G_L - G_j) for j < t, exp(G_L) always.
+    d_a += tl.sum(tl.where(rows_from_t, through_inter[:, None], 0.0), axis=0)
+    d_a += tl.sum(tl.where(rows_from_t, 0.0, through_state[:, None]), axis=0)
     d_a += chunk_decay * h_dh
     tl.store(dg_ptr + row, d_a, mask=m_t)
     tl.store(ddt_ptr + row, d_dt, mask=m_t)
