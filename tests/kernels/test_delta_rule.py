@@ -190,7 +190,7 @@ def test_chunk_rejects_bad_shapes():
 
 # --------------------------------------------------------------------------- GPU only
 
-BF16_TOL = 3.3e-3
+BF16_TOL = 5e-3
 BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)
 
 
@@ -198,7 +198,12 @@ BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     """bf16 at B=2, T=4096, H=16, K=V=128 against the float64 oracle on the GPU from the same
-    bf16-rounded values (the bound of the gated kernels' test)."""
+    bf16-rounded values (the bound of the gated kernels' test).
+
+    The bound: rounding an output to bf16 alone errs by up to 2^-8 = 3.9e-3 of the largest
+    element (half an ulp of a value just above a power of two), plus about 1e-3 for the TF32
+    dots of the fp32 intermediates. The gated kernels' 3.3e-3 held on the H200 (worst 3.12e-3,
+    dv) but leaves no room for that rounding."""
     pairs = run_both(make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=42), True, True)
     errors = {name: rel_err(x, r) for name, (x, r) in pairs.items()}
     print("delta rule bf16 relative errors:", {n: f"{e:.2e}" for n, e in errors.items()})
