@@ -136,6 +136,7 @@ SMALL_CASES = [
     (2, 1, 16, 32, 17, False, True),
     (1, 2, 32, 16, 70, True, False),
     (1, 1, 20, 24, 129, True, True),  # two full chunks, a one-step tail, odd head dims
+    (1, 1, 13, 7, 33, True, True),  # K, V zero-padded to aligned rows (16, 8)
     (1, 1, 16, 16, 100, False, False),
 ]
 

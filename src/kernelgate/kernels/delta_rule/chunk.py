@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from kernelgate.kernels._padding import aligned_width, zero_pad
 from kernelgate.kernels.gdn.chunk import (
     _aligned,
     _check_inputs,
@@ -41,29 +42,50 @@ def _check_delta_rule_inputs(q, k, v, beta, initial_state) -> None:
 
 class ChunkDeltaRuleFunction(torch.autograd.Function):
     """The gated forward and backward at g = 0 (a zeros gate that is not an input, so its
-    gradient, which the gated backward computes, is dropped)."""
+    gradient, which the gated backward computes, is dropped).
+
+    K and V of an odd width are zero-padded to aligned widths around the kernels (a copy of
+    q, k, v and the states only then; see kernelgate.kernels._padding): zero key and query
+    channels change no dot product k.k or q.S, zero value channels keep their state columns
+    at zero, so the padding is exact and is cut off the results. The scale is fixed from the
+    caller's K before padding."""
 
     @staticmethod
     def forward(ctx, q, k, v, beta, scale, initial_state, output_final_state):
+        dim_k, dim_v = q.shape[-1], v.shape[-1]
+        k_wide = aligned_width(dim_k, q.dtype, k.dtype)
+        v_wide = aligned_width(dim_v, v.dtype)
+        q, k, v = zero_pad(q, k_wide), zero_pad(k, k_wide), zero_pad(v, v_wide)
+        if initial_state is not None:
+            initial_state = zero_pad(initial_state, v_wide, k_wide)
         zero_gate = torch.zeros(q.shape[:3], device=q.device, dtype=torch.float32)
         o, final_state, saved = chunk_gated_delta_rule_fwd(
             q, k, v, zero_gate, beta, scale, initial_state, output_final_state
         )
         ctx.save_for_backward(q, k, v, zero_gate, beta, *saved)
         ctx.scale = scale
+        ctx.dims = (dim_k, dim_v, k_wide, v_wide)
         ctx.has_initial_state = initial_state is not None
         ctx.initial_state_dtype = initial_state.dtype if initial_state is not None else None
+        if v_wide != dim_v:
+            o = o[..., :dim_v].contiguous()
+        if final_state is not None and (k_wide, v_wide) != (dim_k, dim_v):
+            final_state = final_state[:, :, :dim_k, :dim_v].contiguous()
         return o, final_state
 
     @staticmethod
     def backward(ctx, do, dht):
         q, k, v, zero_gate, beta, *saved = ctx.saved_tensors
+        dim_k, dim_v, k_wide, v_wide = ctx.dims
+        do = _aligned(zero_pad(do, v_wide))
+        if dht is not None:
+            dht = zero_pad(dht, v_wide, k_wide)
         dq, dk, dv, _, dbeta, dh0 = chunk_gated_delta_rule_bwd(
-            q, k, v, zero_gate, beta, ctx.scale, ctx.has_initial_state, saved, _aligned(do), dht
+            q, k, v, zero_gate, beta, ctx.scale, ctx.has_initial_state, saved, do, dht
         )
         if dh0 is not None:
-            dh0 = dh0.to(ctx.initial_state_dtype)
-        return dq, dk, dv, dbeta, None, dh0, None
+            dh0 = dh0[:, :, :dim_k, :dim_v].to(ctx.initial_state_dtype)
+        return dq[..., :dim_k], dk[..., :dim_k], dv[..., :dim_v], dbeta, None, dh0, None
 
 
 def chunk_delta_rule(

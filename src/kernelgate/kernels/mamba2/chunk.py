@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from kernelgate.kernels._padding import aligned_width, zero_pad
 from kernelgate.kernels.gdn.chunk import _aligned, _dot_precision, _round_up
 from kernelgate.kernels.mamba2.chunk_bwd import _ssd_chunk_bwd_kernel, _ssd_state_bwd_kernel
 from kernelgate.kernels.mamba2.chunk_fwd import _ssd_output_fwd_kernel, _ssd_state_fwd_kernel
@@ -232,42 +233,23 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
     return dx, ddt, dA, dB, dC, dD, dh0
 
 
-def _aligned_width(dim: int, *dtypes: torch.dtype) -> int:
-    """``dim`` rounded up so that rows of that many elements start 16-byte aligned in every
-    one of ``dtypes`` and in the fp32 buffers. Triton specializes a kernel on what it can
-    prove about its addresses: rows of an odd width (N = 31, or N = 1 with two groups) give
-    scalar loads, more registers, and the output kernel spilled 20-24 bytes on sm_90 at
-    such N (RES-02 offline, Triton 3.9), none at N = 1, 4, 16, 32, 36 with aligned rows."""
-    align = max(4, *(16 // torch.empty((), dtype=d).element_size() for d in dtypes))
-    return -(-dim // align) * align
-
-
-def _zero_pad(t: torch.Tensor, last: int, second_last: int | None = None) -> torch.Tensor:
-    """``t`` with zeros appended to its last (and second-last) dimension up to those sizes."""
-    extra_last = last - t.shape[-1]
-    extra_second = 0 if second_last is None else second_last - t.shape[-2]
-    if extra_last == 0 and extra_second == 0:
-        return t
-    return F.pad(t, (0, extra_last, 0, extra_second))
-
-
 class ChunkSSDFunction(torch.autograd.Function):
     """Forward saves the fp64 chunk-wise cumulative log decays and the fp32 chunk states, so
     the backward recomputes nothing sequential except its own reverse scan.
 
     N and P of an odd width are zero-padded to aligned widths around the kernels (a copy of
-    x, B, C and the states only then): the padded state rows and columns stay exactly zero
-    (their B, C rows and x columns are zero), contribute nothing to y or to any gradient, and
-    are cut off the results."""
+    x, B, C and the states only then; see kernelgate.kernels._padding): the padded state rows
+    and columns stay exactly zero (their B, C rows and x columns are zero), contribute nothing
+    to y or to any gradient, and are cut off the results."""
 
     @staticmethod
     def forward(ctx, x, dt, A, B, C, D, initial_state, output_final_state):
         dim_n, dim_p = B.shape[-1], x.shape[-1]
-        n_wide = _aligned_width(dim_n, B.dtype, C.dtype)
-        p_wide = _aligned_width(dim_p, x.dtype)
-        x, B, C = _zero_pad(x, p_wide), _zero_pad(B, n_wide), _zero_pad(C, n_wide)
+        n_wide = aligned_width(dim_n, B.dtype, C.dtype)
+        p_wide = aligned_width(dim_p, x.dtype)
+        x, B, C = zero_pad(x, p_wide), zero_pad(B, n_wide), zero_pad(C, n_wide)
         if initial_state is not None:
-            initial_state = _zero_pad(initial_state, p_wide, n_wide)
+            initial_state = zero_pad(initial_state, p_wide, n_wide)
         y, final_state, saved = chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state)
         ctx.save_for_backward(x, dt, A, B, C, D, *saved)
         ctx.dims = (dim_n, dim_p, n_wide, p_wide)
@@ -283,9 +265,9 @@ class ChunkSSDFunction(torch.autograd.Function):
     def backward(ctx, dy, dht):
         x, dt, A, B, C, D, *saved = ctx.saved_tensors
         dim_n, dim_p, n_wide, p_wide = ctx.dims
-        dy = _aligned(_zero_pad(dy, p_wide))
+        dy = _aligned(zero_pad(dy, p_wide))
         if dht is not None:
-            dht = _zero_pad(dht, p_wide, n_wide)
+            dht = zero_pad(dht, p_wide, n_wide)
         dx, ddt, dA, dB, dC, dD, dh0 = chunk_ssd_bwd(
             x, dt, A, B, C, D, ctx.has_initial_state, saved, dy, dht
         )
