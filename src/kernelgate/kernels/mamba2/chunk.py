@@ -1,0 +1,309 @@
+"""Autograd wrapper and launch logic for the chunked Mamba-2 SSD kernels.
+
+Besides the four Triton kernels (chunk_fwd.py, chunk_bwd.py), a few elementwise and reduction
+steps run as torch ops here, each of them O(b T H) or a fixed-order sum: the log decays
+``a = dt A`` and their chunk-wise cumulative sums (float64), the chain rule from ``a`` back to
+``dt`` and ``A``, the sum of the per-head dB and dC over the heads of a group, and dD. torch's
+reductions on a given shape are deterministic, so the whole layer is bitwise reproducible.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+
+from kernelgate.kernels._padding import aligned_width, zero_pad
+from kernelgate.kernels.gdn.chunk import _aligned, _dot_precision, _round_up
+from kernelgate.kernels.mamba2.chunk_bwd import _ssd_chunk_bwd_kernel, _ssd_state_bwd_kernel
+from kernelgate.kernels.mamba2.chunk_fwd import _ssd_output_fwd_kernel, _ssd_state_fwd_kernel
+
+CHUNK_SIZE = 64
+# Every kernel follows the Gated DeltaNet forward's register recipe (gdn/chunk_fwd.py): dots
+# read both operands from memory and reduce over REDUCE_BLOCK, 8 warps. Fixed configurations,
+# no autotuning (its pick can change between runs, and it cannot run under the interpreter).
+REDUCE_BLOCK = 32
+SCAN_TILE = 32  # the [N, P] state tile of one forward scan program
+OUTPUT_BLOCK_P = 32
+NUM_WARPS = {"state_fwd": 8, "output_fwd": 8, "state_bwd": 8, "chunk_bwd": 8}
+
+
+def _check_inputs(x, dt, A, B, C, D, initial_state) -> None:
+    if x.dim() != 4:
+        raise ValueError(f"expected x [b, T, H, P], got {tuple(x.shape)}")
+    batch, seq_len, heads, dim_p = x.shape
+    if seq_len < 1:
+        raise ValueError("T must be at least 1")
+    if tuple(dt.shape) != (batch, seq_len, heads):
+        raise ValueError(
+            f"expected dt [b, T, H] = {(batch, seq_len, heads)}, got {tuple(dt.shape)}"
+        )
+    if tuple(A.shape) != (heads,):
+        raise ValueError(f"expected A [H] = {(heads,)}, got {tuple(A.shape)}")
+    if B.dim() != 4 or tuple(B.shape[:2]) != (batch, seq_len) or C.shape != B.shape:
+        raise ValueError(
+            f"expected B and C [b, T, G, N] with b, T = {batch}, {seq_len}, "
+            f"got {tuple(B.shape)}, {tuple(C.shape)}"
+        )
+    groups, dim_n = B.shape[2], B.shape[3]
+    if groups < 1 or heads % groups:
+        raise ValueError(f"H = {heads} heads must be a multiple of G = {groups} groups")
+    if D is not None and tuple(D.shape) != (heads,):
+        raise ValueError(f"expected D [H] = {(heads,)}, got {tuple(D.shape)}")
+    if initial_state is not None:
+        expected = (batch, heads, dim_n, dim_p)
+        if tuple(initial_state.shape) != expected:
+            raise ValueError(f"expected initial_state {expected}, got {tuple(initial_state.shape)}")
+
+
+def _chunk_cumsum(a: torch.Tensor) -> torch.Tensor:
+    """Cumulative sums of the float64 log decays ``a`` [b, T, H] inside each chunk of
+    CHUNK_SIZE steps, same shape (the layout gdn's _load_gate_cumsum reads)."""
+    batch, seq_len, heads = a.shape
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    padded = F.pad(a, (0, 0, 0, num_chunks * CHUNK_SIZE - seq_len))
+    g_cum = padded.view(batch, num_chunks, CHUNK_SIZE, heads).cumsum(dim=2)
+    return g_cum.view(batch, num_chunks * CHUNK_SIZE, heads)[:, :seq_len].contiguous()
+
+
+def chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state):
+    """Launch the two forward kernels; returns y, the final state and what backward needs."""
+    batch, seq_len, heads, dim_p = x.shape
+    groups, dim_n = B.shape[2], B.shape[3]
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    prec = _dot_precision(x.dtype)
+    f32 = dict(device=x.device, dtype=torch.float32)
+    # fp64 log decays and their chunk-wise sums: decay factors are exp(G_i - G_j), and the
+    # difference of two large fp32 sums would lose the small ones (see gdn/chunk_fwd.py).
+    g_cum = _chunk_cumsum(dt.double() * A.double())
+
+    states = torch.empty(batch, num_chunks, heads, dim_n, dim_p, **f32)
+    final_state = torch.empty(batch, heads, dim_n, dim_p, **f32) if output_final_state else None
+    h0 = _aligned(initial_state.float()) if initial_state is not None else None
+    grid = (triton.cdiv(dim_p, SCAN_TILE), triton.cdiv(dim_n, SCAN_TILE), batch * heads)
+    scaled_x = torch.empty(grid[0] * grid[1] * grid[2], CHUNK_SIZE, SCAN_TILE, **f32)
+    _ssd_state_fwd_kernel[grid](
+        x,
+        dt,
+        B,
+        g_cum,
+        h0 if h0 is not None else states,
+        states,
+        final_state if final_state is not None else states,
+        scaled_x,
+        seq_len,
+        num_chunks,
+        H=heads,
+        G=groups,
+        N=dim_n,
+        P=dim_p,
+        C=CHUNK_SIZE,
+        RC=REDUCE_BLOCK,
+        BN=SCAN_TILE,
+        BP=SCAN_TILE,
+        HAS_H0=h0 is not None,
+        STORE_HT=final_state is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["state_fwd"],
+    )
+    del scaled_x
+    y = torch.empty_like(x)
+    scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    _ssd_output_fwd_kernel[(num_chunks, batch * heads)](
+        x,
+        dt,
+        B,
+        C,
+        D if D is not None else dt,
+        g_cum,
+        states,
+        y,
+        scores,
+        seq_len,
+        num_chunks,
+        _round_up(dim_n, REDUCE_BLOCK),
+        _round_up(dim_p, OUTPUT_BLOCK_P),
+        H=heads,
+        G=groups,
+        N=dim_n,
+        P=dim_p,
+        C=CHUNK_SIZE,
+        RC=REDUCE_BLOCK,
+        RN=REDUCE_BLOCK,
+        BP=OUTPUT_BLOCK_P,
+        HAS_D=D is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["output_fwd"],
+    )
+    return y, final_state, (g_cum, states)
+
+
+def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
+    """Launch the two backward kernels and finish in torch; returns dx, ddt, dA, dB, dC, dD,
+    dh0 (dD and dh0 None where D or the initial state were not given)."""
+    g_cum, states = saved
+    batch, seq_len, heads, dim_p = x.shape
+    groups, dim_n = B.shape[2], B.shape[3]
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    prec = _dot_precision(x.dtype)
+    f32 = dict(device=x.device, dtype=torch.float32)
+
+    d_states = torch.empty(batch, num_chunks, heads, dim_n, dim_p, **f32)
+    dh0 = torch.empty(batch, heads, dim_n, dim_p, **f32) if has_initial_state else None
+    dht = _aligned(dht.float()) if dht is not None else None
+    grid = (triton.cdiv(dim_p, SCAN_TILE), triton.cdiv(dim_n, SCAN_TILE), batch * heads)
+    scaled_dy = torch.empty(grid[0] * grid[1] * grid[2], CHUNK_SIZE, SCAN_TILE, **f32)
+    _ssd_state_bwd_kernel[grid](
+        C,
+        g_cum,
+        dy,
+        dht if dht is not None else d_states,
+        d_states,
+        dh0 if dh0 is not None else d_states,
+        scaled_dy,
+        seq_len,
+        num_chunks,
+        H=heads,
+        G=groups,
+        N=dim_n,
+        P=dim_p,
+        C=CHUNK_SIZE,
+        RC=REDUCE_BLOCK,
+        BN=SCAN_TILE,
+        BP=SCAN_TILE,
+        HAS_DHT=dht is not None,
+        STORE_DH0=dh0 is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["state_bwd"],
+    )
+    del scaled_dy
+
+    dx = torch.empty_like(x)
+    ddt_direct = torch.empty(batch, seq_len, heads, **f32)
+    d_a = torch.empty(batch, seq_len, heads, **f32)
+    db_head = torch.empty(batch, seq_len, heads, dim_n, **f32)
+    dc_head = torch.empty(batch, seq_len, heads, dim_n, **f32)
+    scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    d_scores = torch.empty_like(scores)
+    _ssd_chunk_bwd_kernel[(num_chunks, batch * heads)](
+        x,
+        dt,
+        B,
+        C,
+        D if D is not None else dt,
+        g_cum,
+        states,
+        d_states,
+        dy,
+        dx,
+        ddt_direct,
+        d_a,
+        db_head,
+        dc_head,
+        scores,
+        d_scores,
+        seq_len,
+        num_chunks,
+        _round_up(dim_n, REDUCE_BLOCK),
+        _round_up(dim_p, REDUCE_BLOCK),
+        H=heads,
+        G=groups,
+        N=dim_n,
+        P=dim_p,
+        C=CHUNK_SIZE,
+        RC=REDUCE_BLOCK,
+        RN=REDUCE_BLOCK,
+        BP=REDUCE_BLOCK,
+        HAS_D=D is not None,
+        PREC=prec,
+        num_warps=NUM_WARPS["chunk_bwd"],
+    )
+    del scores, d_scores
+    # a = dt A: d dt = direct part + A d a; dA = sum over b, T of dt d a (float64 sums).
+    d_a64 = d_a.double()
+    ddt = (ddt_direct.double() + A.double() * d_a64).to(dt.dtype)
+    dA = (dt.double() * d_a64).sum(dim=(0, 1)).to(A.dtype)
+    # The heads of a group share B and C rows: their gradients add up.
+    per_group = (batch, seq_len, groups, heads // groups, dim_n)
+    dB = db_head.view(per_group).sum(dim=3).to(B.dtype)
+    dC = dc_head.view(per_group).sum(dim=3).to(C.dtype)
+    dD = None
+    if D is not None:
+        dD = (x.double() * dy.double()).sum(dim=(0, 1, 3)).to(D.dtype)
+    return dx, ddt, dA, dB, dC, dD, dh0
+
+
+class ChunkSSDFunction(torch.autograd.Function):
+    """Forward saves the fp64 chunk-wise cumulative log decays and the fp32 chunk states, so
+    the backward recomputes nothing sequential except its own reverse scan.
+
+    N and P of an odd width are zero-padded to aligned widths around the kernels (a copy of
+    x, B, C and the states only then; see kernelgate.kernels._padding): the padded state rows
+    and columns stay exactly zero (their B, C rows and x columns are zero), contribute nothing
+    to y or to any gradient, and are cut off the results."""
+
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, D, initial_state, output_final_state):
+        dim_n, dim_p = B.shape[-1], x.shape[-1]
+        n_wide = aligned_width(dim_n, B.dtype, C.dtype)
+        p_wide = aligned_width(dim_p, x.dtype)
+        x, B, C = zero_pad(x, p_wide), zero_pad(B, n_wide), zero_pad(C, n_wide)
+        if initial_state is not None:
+            initial_state = zero_pad(initial_state, p_wide, n_wide)
+        y, final_state, saved = chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state)
+        ctx.save_for_backward(x, dt, A, B, C, D, *saved)
+        ctx.dims = (dim_n, dim_p, n_wide, p_wide)
+        ctx.has_initial_state = initial_state is not None
+        ctx.initial_state_dtype = initial_state.dtype if initial_state is not None else None
+        if p_wide != dim_p:
+            y = y[..., :dim_p].contiguous()
+        if final_state is not None and (n_wide, p_wide) != (dim_n, dim_p):
+            final_state = final_state[:, :, :dim_n, :dim_p].contiguous()
+        return y, final_state
+
+    @staticmethod
+    def backward(ctx, dy, dht):
+        x, dt, A, B, C, D, *saved = ctx.saved_tensors
+        dim_n, dim_p, n_wide, p_wide = ctx.dims
+        dy = _aligned(zero_pad(dy, p_wide))
+        if dht is not None:
+            dht = zero_pad(dht, p_wide, n_wide)
+        dx, ddt, dA, dB, dC, dD, dh0 = chunk_ssd_bwd(
+            x, dt, A, B, C, D, ctx.has_initial_state, saved, dy, dht
+        )
+        if dh0 is not None:
+            dh0 = dh0[:, :, :dim_n, :dim_p].to(ctx.initial_state_dtype)
+        return dx[..., :dim_p], ddt, dA, dB[..., :dim_n], dC[..., :dim_n], dD, dh0, None
+
+
+def chunk_ssd(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Mamba-2's SSD layer, chunked (chunk size 64), forward and backward in Triton.
+
+    ``h_t = exp(dt_t A_h) h_{t-1} + dt_t B_t x_t^T``, ``y_t = C_t^T h_t + D_h x_t``, head h
+    reading group ``h // (H // G)`` of B and C.
+
+    Args:
+        x: [b, T, H, P]. dt: [b, T, H], positive (softplus applied by the caller). A: [H].
+            B, C: [b, T, G, N] with H % G == 0. D: optional [H]. fp32, fp16 or bf16; the
+            state and all accumulation are fp32, the log decays fp64.
+        initial_state: optional [b, H, N, P] fp32 state entering step 0.
+        output_final_state: also return the state after the last step.
+
+    Returns:
+        (y, final_state): y [b, T, H, P] in x's dtype; final_state [b, H, N, P] fp32, or
+        None when ``output_final_state`` is False. Differentiable in x, dt, A, B, C, D and
+        initial_state; deterministic (no atomics, fixed launch configurations).
+    """
+    _check_inputs(x, dt, A, B, C, D, initial_state)
+    x, dt, A, B, C = (_aligned(t) for t in (x, dt, A, B, C))
+    D = _aligned(D) if D is not None else None
+    return ChunkSSDFunction.apply(x, dt, A, B, C, D, initial_state, output_final_state)
