@@ -97,7 +97,9 @@ def test_cli_strict_rejects_and_says_why(tmp_path: Path) -> None:
     (entry,) = evidence["unguarded_precondition"]
     assert entry["faults"] == [SEGFAULT] and entry["layouts"] == [OFFSET]
     (cmp02,) = [g for g in evidence["gates"] if g["id"] == "CMP-02"]
-    assert "--strict" in cmp02["counterexample"]["replay"]
+    # the replay command points at the evidence, whose stored verify command keeps --strict
+    assert cmp02["counterexample"]["replay"].startswith("kernelgate replay ")
+    assert "--strict" in cmp02["counterexample"]["verify"]
 
 
 def test_a_fault_at_the_references_own_layout_is_a_res01_rejection() -> None:
