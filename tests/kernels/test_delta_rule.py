@@ -21,15 +21,11 @@ if not torch.cuda.is_available():
 from kernelgate.kernels.delta_rule import chunk_delta_rule, naive_recurrent_delta_rule
 from kernelgate.kernels.gdn import chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
+from ._measure import rel_err
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GRAD_NAMES = ("q", "k", "v", "beta", "h0")
 FP32_TOL = 1e-5
-
-
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |x - ref| / max |ref|, in float64."""
-    ref = ref.double()
-    return ((x.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
 def make_inputs(batch, seq_len, heads, dim_k, dim_v, dtype=torch.float32, seed=0, device=DEVICE):

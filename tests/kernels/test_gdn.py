@@ -27,14 +27,10 @@ from kernelgate.kernels.gdn import (
     naive_recurrent_gated_delta_rule,
 )
 
+from ._measure import rel_err
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GRAD_NAMES = ("q", "k", "v", "g", "beta", "h0")
-
-
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |x - ref| / max |ref|, in float64."""
-    ref = ref.double()
-    return ((x.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
 def make_inputs(batch, seq_len, heads, dim_k, dim_v, dtype=torch.float32, seed=0, device=DEVICE):

@@ -7,7 +7,6 @@ and the ``gpu`` tests add bf16 at the benchmark shape and bitwise determinism.
 
 from __future__ import annotations
 
-import math
 import os
 
 import pytest
@@ -20,14 +19,10 @@ if not torch.cuda.is_available():
 
 from kernelgate.kernels.gla import chunk_gla, naive_recurrent_gla
 
+from ._measure import rel_err, rounding_bound
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GRAD_NAMES = ("q", "k", "v", "g", "h0")
-
-
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |x - ref| / max |ref|, in float64."""
-    ref = ref.double()
-    return ((x.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
 def make_inputs(batch, seq_len, heads, dim_k, dim_v, dtype=torch.float32, seed=0, device=DEVICE):
@@ -213,19 +208,6 @@ def test_chunk_strong_decays_stay_finite_and_as_accurate_as_fp32_recurrence():
 
 
 # --------------------------------------------------------------------------- GPU only
-
-# TF32 allowance: 16-bit inputs run TF32 dots, whose fp32 operands (scores, states, decayed
-# keys) are rounded to 10 mantissa bits (2^-11 each; two such roundings).
-TF32_ALLOWANCE = 2**-10
-
-
-def rounding_bound(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """Relative error (to max|ref|) of rounding the largest element to x's dtype: half an ulp
-    of max|ref|, between 2^-9 and 2^-8 for bf16 depending on where max|ref| sits in its binade
-    (a fixed 3.3e-3 would fail whenever it sits in the lowest fifth), plus TF32_ALLOWANCE."""
-    peak = ref.double().abs().max().item()
-    half_ulp = 2.0 ** math.floor(math.log2(peak)) * torch.finfo(x.dtype).eps / 2
-    return half_ulp / peak + TF32_ALLOWANCE
 
 
 BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)

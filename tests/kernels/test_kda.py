@@ -8,7 +8,6 @@ and the ``gpu`` tests add bf16 at the benchmark shape and bitwise determinism.
 
 from __future__ import annotations
 
-import math
 import os
 
 import pytest
@@ -22,14 +21,10 @@ if not torch.cuda.is_available():
 from kernelgate.kernels.gdn import naive_recurrent_gated_delta_rule
 from kernelgate.kernels.kda import chunk_kda, naive_recurrent_kda
 
+from ._measure import rel_err, rounding_bound
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GRAD_NAMES = ("q", "k", "v", "g", "beta", "h0")
-
-
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |x - ref| / max |ref|, in float64."""
-    ref = ref.double()
-    return ((x.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
 def make_inputs(batch, seq_len, heads, dim_k, dim_v, dtype=torch.float32, seed=0, device=DEVICE):
@@ -236,26 +231,6 @@ def test_chunk_strong_decays_stay_finite_and_as_accurate_as_fp32_recurrence():
 
 # --------------------------------------------------------------------------- GPU only
 
-# TF32 allowance: 16-bit inputs run TF32 dots, whose fp32 operands (scores, states, decayed
-# keys) are rounded to 10 mantissa bits (2^-11 each; two such roundings).
-TF32_ALLOWANCE = 2**-10
-
-
-def rounding_bound(x: torch.Tensor, ref: torch.Tensor, run_dtype: torch.dtype) -> float:
-    """Relative error (to max|ref|) of rounding the largest element to x's dtype: half an ulp
-    of max|ref|, between 2^-9 and 2^-8 for bf16 depending on where max|ref| sits in its binade
-    (a fixed 3.3e-3 would fail whenever it sits in the lowest fifth), plus TF32_ALLOWANCE.
-
-    An fp32 output of a 16-bit run (the final state, dh0) is held to the run's dtype instead:
-    the state passes through T/16 chunk steps of TF32 dots and the delta rule's
-    (I - beta k k^T) products, and on the H200 KDA's final state came out 1.27e-3 from the
-    oracle at T = 4096 (over the 9.8e-4 of fp32 half an ulp plus the TF32 allowance; within
-    bf16's half an ulp)."""
-    peak = ref.double().abs().max().item()
-    dtype = run_dtype if x.dtype == torch.float32 else x.dtype
-    half_ulp = 2.0 ** math.floor(math.log2(peak)) * torch.finfo(dtype).eps / 2
-    return half_ulp / peak + TF32_ALLOWANCE
-
 
 BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)
 
@@ -265,10 +240,15 @@ BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)
 def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     """bf16 at B=2, T=4096, H=16, K=V=128; the oracle runs in float64 on the GPU from the
     same bf16-rounded values. Bound per output: half an ulp of its largest element in its
-    dtype plus the TF32 allowance (rounding_bound)."""
+    dtype plus the TF32 allowance (rounding_bound); the fp32 outputs (final state, dh0) to
+    bf16's: the state passes through T/16 chunk steps of TF32 dots and the delta rule's
+    (I - beta k k^T) products, and on the H200 the final state came out 1.27e-3 from the
+    oracle at T = 4096 (over fp32's half an ulp plus the TF32 allowance, 9.8e-4)."""
     pairs = run_both(make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=42), True, True)
     errors = {name: rel_err(x, r) for name, (x, r) in pairs.items()}
-    bounds = {name: rounding_bound(x, r, torch.bfloat16) for name, (x, r) in pairs.items()}
+    bounds = {
+        name: rounding_bound(x, r, fp32_outputs_as=torch.bfloat16) for name, (x, r) in pairs.items()
+    }
     print("KDA bf16 relative errors:", {n: f"{e:.2e}" for n, e in errors.items()})
     bad = {name: (e, bounds[name]) for name, e in errors.items() if not e <= bounds[name]}
     assert not bad, f"(relative error, bound) over the bound: {bad} (all: {errors})"

@@ -18,15 +18,11 @@ if not torch.cuda.is_available():
 
 from kernelgate.kernels.mamba2 import chunk_ssd, naive_recurrent_ssd
 
+from ._measure import rel_err
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INPUT_NAMES = ("x", "dt", "A", "B", "C", "D", "h0")
 FP32_TOL = 1e-5
-
-
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |x - ref| / max |ref|, in float64."""
-    ref = ref.double()
-    return ((x.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
 def make_inputs(
