@@ -319,3 +319,62 @@ def test_the_refined_dependence_probe_keeps_only_the_specials_a_position_depends
     assert refined[0, 0] == coarse[0, 0]  # not disputed: the coarse value stays
     assert (refined[0, 1:5] == float("inf")).all() and refined[0, 5].isnan()
     torch.testing.assert_close(refined[1:], oracle[1:], rtol=0, atol=0)
+
+
+ADDITIVE_MASK_ATTENTION = '''
+import torch
+
+class Model(torch.nn.Module):
+    """Causal attention computed densely with the mask *added* (as SDPA's math path does on
+    some devices), a row whose scores are all -inf weighted 0 (SDPA's convention): a masked
+    score of +inf * k + (-inf) is NaN or -inf by the masked key's sign."""
+
+    def forward(self, q, k, v):
+        n = q.shape[-2]
+        bias = torch.full((n, n), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
+        scores = q @ k.transpose(-1, -2) + bias
+        empty = (scores == float("-inf")).all(dim=-1, keepdim=True)
+        return torch.where(empty, 0.0, torch.softmax(scores, dim=-1)) @ v
+
+def get_inputs():
+    return [torch.randn(5, 4) for _ in range(3)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_completion_probe_excuses_a_class_made_through_masked_finite_entries(
+    tmp_path,
+) -> None:
+    """A +inf in query 1, whose visible scores all go to -inf: the dense oracle's row is NaN
+    because a masked key's score is +inf + (-inf), which a kernel that skips masked keys
+    never computes. The position depends on query 1 and keys 0-1 only; with the masked keys
+    made negative the oracle's row is no longer NaN, so its class is not forced by the case.
+    A position whose NaN comes from what it depends on stays NaN in both completions."""
+    from kernelgate.contract.derive import contract_for
+    from kernelgate.gates.base import GateContext
+
+    path = tmp_path / "reference.py"
+    path.write_text(ADDITIVE_MASK_ATTENTION)
+    program = load_reference(path)
+    ctx = GateContext(
+        contract=contract_for(program), oracle=Oracle(program), session=None, seed=0, replay=[]
+    )
+    case = ctx.drawn_case("normal", 3)
+    q, k, v = (x.clone() for x in case.values)
+    q[1, 0] = float("inf")
+    k[:2, 0] = -k[:2, 0].abs() - 0.5  # both visible scores of row 1 are -inf
+    k[2:, 0] = k[2:, 0].abs() + 0.5  # masked keys positive: +inf + (-inf) = NaN
+    v[3, 2] = float("nan")  # row 3 (and 4) see it: a NaN they depend on
+    case.values = [q, k, v]
+    oracle = ctx.expected(case)[0]
+    assert oracle[1].isnan().all() and oracle[3, 2].isnan()
+    disputed = torch.zeros_like(oracle, dtype=torch.bool)
+    disputed[1], disputed[3, 2] = True, True
+    positive, negative = ctx.completion_probes(case, 0, disputed, ctx.expected(case))
+    assert positive[0][1].isnan().all()  # positive masked keys: the case's own NaN
+    assert not negative[0][1].isnan().any()  # negative masked keys: absorbed by the mask
+    assert positive[0][3, 2].isnan() and negative[0][3, 2].isnan()  # forced
+    undisputed = ~disputed
+    torch.testing.assert_close(negative[0][undisputed], oracle[undisputed], equal_nan=True)

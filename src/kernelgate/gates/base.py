@@ -583,6 +583,28 @@ class GateContext:
             return None
         return [refined if k == output_index else out for k, out in enumerate(coarse)]
 
+    def completion_probes(
+        self, case: Case, output_index: int, disputed: torch.Tensor, fallback: list[Any]
+    ) -> list[list[Any]]:
+        """Two more honest runs for the ``disputed`` positions of output ``output_index``:
+        the oracle on the case with every input row a position does not depend on made
+        positive, then negative (``oracle/dependence.py``: the completion); ``fallback``'s
+        outputs elsewhere. Empty when over the completion's budget."""
+        self.admit(case)
+        alternatives = dependence.completion_probe(
+            case.values,
+            self.oracle_for(case).expected,
+            output_index,
+            disputed,
+            fallback[output_index],
+        )
+        if alternatives is None:
+            return []
+        return [
+            [alt if k == output_index else out for k, out in enumerate(fallback)]
+            for alt in alternatives
+        ]
+
     def judge_classes(
         self, case: Case, judge: Callable[[dict[str, list[Any]]], tuple[torch.Tensor, torch.Tensor]]
     ) -> tuple[torch.Tensor, torch.Tensor, bool]:

@@ -62,6 +62,7 @@ class _Tally:
     consulted: int = 0
     probed: int = 0
     refined: int = 0
+    completed: int = 0
 
 
 class NonFiniteGate(Gate):
@@ -105,6 +106,7 @@ class NonFiniteGate(Gate):
             "second_implementation_consulted": consulted,
             "dependence_probe_consulted": probed,
             "dependence_probe_refined": tally.refined,
+            "dependence_probe_completed": tally.completed,
             "trials": run_trials,
         }
         absent = sorted(
@@ -153,11 +155,23 @@ class NonFiniteGate(Gate):
                 runs = ctx.honest_classes(case) if asked else {"native-eager": ctx.native(case)}
                 agree, bad = judge({**runs, "dependence-probe": probe})
                 tally.probed += 1
-                if bad.any() and (probe := ctx.refined_dependence_probe(case, k, bad)):
+                if bad.any() and (refined := ctx.refined_dependence_probe(case, k, bad)):
                     # a position that also sees a special it does depend on: only those
                     # specials decide its class
+                    probe = refined
                     agree, bad = judge({**runs, "dependence-probe": probe})
                     tally.refined += 1
+                if bad.any() and (completions := ctx.completion_probes(case, k, bad, probe)):
+                    # a class the dense reference made through finite entries the position
+                    # does not depend on (a masked key's sign) is not forced by the case
+                    agree, bad = judge(
+                        {
+                            **runs,
+                            "dependence-probe": probe,
+                            **{f"completion{i}": c for i, c in enumerate(completions)},
+                        }
+                    )
+                    tally.completed += 1
             n_agree = int(agree.count_nonzero())
             tally.judged += n_agree
             tally.excluded += agree.numel() - n_agree

@@ -19,9 +19,25 @@ oracle:
   sees a special in a visible key (it depends on it and keeps its class) from a NaN in a
   masked one (it does not).
 
-Both can only take positions out of judgement (EXC-01 treats the result as one more honest
-run), never add a mismatch. The refined probe costs two oracle runs a unit plus one a
-distinct dependence set, so it has a budget; beyond it the coarse verdict stands.
+* **completion**, asked only for the positions the refined probe leaves in dispute: a dense
+  reference can also make a class through the *finite* entries a position does not depend
+  on (a +inf in a query times a masked key whose sign decides between -inf, which the mask
+  absorbs, and NaN, which it does not, where the mask is added rather than filled). Which
+  rows of the inputs a position depends on is found on the case made finite, by moving one
+  row at a time (both ways); the oracle then runs twice more with every row the position
+  does not depend on replaced by a sign-extreme value (all positive, all negative), the rows
+  it does depend on kept as the case has them, specials included. Each of those inputs
+  agrees with the case on everything the position depends on, so its oracle value is as
+  true as the case's own: a class that changes between them is not forced by the case, and
+  the position is not judged.
+
+All of them can only take positions out of judgement (EXC-01 treats their results as more
+honest runs), never add a mismatch. The refined probe costs two oracle runs a unit plus one
+a distinct dependence set, the completion two a row plus two a dependence set, so each has a
+budget (units, and units times input elements); beyond it the verdict before it stands. The
+completion finds dependence by finite moves, so a position whose dependence on a row no
+move shows (a relu's dead side for both moves) counts that row as free: it can excuse such
+a position, never condemn it.
 """
 
 from __future__ import annotations
@@ -33,9 +49,12 @@ import torch
 
 Expected = Callable[[list[Any]], list[Any]]
 
-# The refined probe's budget: units probed (two oracle runs each) and distinct dependence
-# sets evaluated (one run each). Causal attention at the examples' size has ~500 units.
-MAX_UNITS = 1024
+# The refined probe's and the completion's budgets: units probed (two oracle runs each),
+# units times input elements (what those runs read), and distinct dependence sets evaluated
+# (one or two runs each). Causal attention at the examples' size (three inputs of 2 x 3 x 100
+# x 32) has 1,800 rows of 32 and 57,600 elements an input set: about 10^8 element-runs.
+MAX_UNITS = 4096
+MAX_UNIT_ELEMENTS = 1 << 30
 MAX_DEPENDENCE_SETS = 256
 
 
@@ -84,10 +103,17 @@ def coarse_probe(values: list[Any], expected: Expected, oracle: list[Any]) -> li
     return outputs
 
 
-def _units(masks: Sequence[torch.Tensor | None]) -> list[tuple[int, torch.Tensor]] | None:
+def _elements(values: Sequence[Any]) -> int:
+    return sum(v.numel() for v in values if isinstance(v, torch.Tensor))
+
+
+def _units(
+    masks: Sequence[torch.Tensor | None], elements: int = 0
+) -> list[tuple[int, torch.Tensor]] | None:
     """The specials as (input, mask) units: one a special while there are at most
     ``MAX_UNITS``, else one a row of an input's last dimension (a token's vector: its
-    specials reach the same outputs), else None (over budget)."""
+    specials reach the same outputs), else None (over budget, in units or in ``elements``
+    read a run)."""
     flagged = [(i, m) for i, m in enumerate(masks) if m is not None and bool(m.any())]
     for by_row in (False, True):
         units = []
@@ -99,7 +125,7 @@ def _units(masks: Sequence[torch.Tensor | None]) -> list[tuple[int, torch.Tensor
                 units.append((i, unit.reshape(mask.shape)))
                 if len(units) > MAX_UNITS:
                     break
-        if len(units) <= MAX_UNITS:
+        if len(units) <= MAX_UNITS and len(units) * elements <= MAX_UNIT_ELEMENTS:
             return units
     return None
 
@@ -115,7 +141,7 @@ def refined_probe(
     with only the specials it depends on kept (``fallback`` elsewhere), or None when the
     case has more units or dependence sets than the budget allows."""
     masks = special_masks(values)
-    units = _units(masks)
+    units = _units(masks, _elements(values))
     if not units:
         return None
     positions = torch.nonzero(disputed.reshape(-1).cpu()).flatten()
@@ -154,3 +180,80 @@ def refined_probe(
         values_at = with_units(dict.fromkeys(kept))[at.to(fallback.device)]
         refined[positions[at].to(refined.device)] = values_at.to(refined.dtype)
     return refined.reshape(fallback.shape)
+
+
+def _rows(values: Sequence[Any]) -> list[tuple[int, int]] | None:
+    """Every row of every floating-point input's last dimension as (input, row), or None
+    when there are more than the completion's budget allows."""
+    rows = []
+    for i, value in enumerate(values):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim():
+            rows.extend((i, r) for r in range(value.numel() // max(value.shape[-1], 1)))
+    if len(rows) > MAX_UNITS or 2 * len(rows) * _elements(values) > MAX_UNIT_ELEMENTS:
+        return None
+    return rows
+
+
+def completion_probe(
+    values: list[Any],
+    expected: Expected,
+    output_index: int,
+    disputed: torch.Tensor,
+    fallback: torch.Tensor,
+) -> list[torch.Tensor] | None:
+    """Output ``output_index`` twice, each ``disputed`` position given the oracle's value on
+    the case with every input row the position does not depend on replaced by a positive,
+    then a negative, finite value (``fallback`` elsewhere); None over budget."""
+    rows = _rows(values)
+    if not rows:
+        return None
+    positions = torch.nonzero(disputed.reshape(-1).cpu()).flatten()
+    masks = special_masks(values)
+    finite = [v if m is None else v.masked_fill(m, 0.0) for v, m in zip(values, masks)]
+
+    def at_positions(inputs: list[Any]) -> torch.Tensor:
+        out = expected(inputs)[output_index]
+        return out.reshape(-1)[positions.to(out.device)]
+
+    def moved(i: int, r: int, sign: float) -> list[Any]:
+        out = list(finite)
+        flat = finite[i].reshape(-1, finite[i].shape[-1]).clone()
+        flat[r] = flat[r] + sign * (flat[r].abs() + 1.0)
+        out[i] = flat.reshape(finite[i].shape)
+        return out
+
+    base = at_positions(finite)
+    depends = torch.zeros((len(positions), len(rows)), dtype=torch.bool)
+    for u, (i, r) in enumerate(rows):
+        for sign in (1.0, -1.0):
+            depends[:, u] |= ~equal_or_both_nan(at_positions(moved(i, r, sign)), base).cpu()
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for p, row in enumerate(depends):
+        groups.setdefault(tuple(torch.nonzero(row).flatten().tolist()), []).append(p)
+    if len(groups) > MAX_DEPENDENCE_SETS:
+        return None
+
+    def completed(kept: set[int], sign: float) -> list[Any]:
+        """The case with every row outside ``kept`` made sign * (|finite value| + 1)."""
+        out = []
+        for i, value in enumerate(values):
+            if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim()):
+                out.append(value)
+                continue
+            width = value.shape[-1]
+            free = torch.ones(value.numel() // max(width, 1), dtype=torch.bool)
+            free[[r for u, (j, r) in enumerate(rows) if j == i and u in kept]] = False
+            free = free.to(value.device).unsqueeze(-1)
+            extreme = sign * (finite[i].reshape(-1, width).abs() + 1.0)
+            out.append(torch.where(free, extreme, value.reshape(-1, width)).reshape(value.shape))
+        return out
+
+    alternatives = []
+    for sign in (1.0, -1.0):
+        alternative = fallback.clone().reshape(-1)
+        for kept, members in groups.items():
+            at = torch.tensor(members)
+            values_at = at_positions(completed(set(kept), sign))[at.to(fallback.device)]
+            alternative[positions[at].to(alternative.device)] = values_at.to(alternative.dtype)
+        alternatives.append(alternative.reshape(fallback.shape))
+    return alternatives
