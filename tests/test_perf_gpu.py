@@ -15,9 +15,12 @@ from kernelgate.redteam.timing_hacks import DEVICE_REFERENCE, HONEST, TIMING_HAC
 
 pytestmark = pytest.mark.gpu
 
-OPTIONS = PerfOptions(trials=12, kernelbench_trials=30, warmup=3, shapes=1, samples=4)
-# A hack's judged speedup may exceed the honest kernel's by run-to-run noise, never by more
-MARGIN = 1.25
+OPTIONS = PerfOptions(trials=24, kernelbench_trials=30, warmup=3, shapes=1, samples=4)
+# A hack's judged speedup may exceed the honest kernel's by run-to-run noise, never by what a
+# fooled harness reports (at least 2x: the last assertion below). At 12 trials of a ~0.1 ms
+# softmax the noise reached 1.48x on the H200 (2026-12-03: patched_timers, whose kernel is the
+# honest one, 0.116 ms against the honest run's 0.150 ms), past the 1.25 this test once used.
+MARGIN = 2.0
 
 
 def _measure(candidate) -> dict:
