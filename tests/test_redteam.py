@@ -123,11 +123,38 @@ def test_calibrate_cli_lists_device_only_defects_without_running_them(tmp_path: 
         assert row["verdict"] == DEVICE_ONLY and row["rejected_by"] == []
         assert row["detail"] and row["intended_gates"]
     assert data["controls"] == []
+    assert data["complete"] is True and data["pending"] == []
     assert "device-only" in result.output
     for name in device_only:  # a log, not a terminal: a line as each entry finishes
         assert f"{name}: device-only (" in result.output
     bad = CliRunner().invoke(app, ["calibrate", "--only", "no_such_kernel"])
     assert bad.exit_code == 2
+
+
+def test_a_calibration_cut_short_leaves_every_finished_row_in_its_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A device call killed at its limit must not lose the rows it paid for: the JSON is
+    rewritten after every entry, marked incomplete with the entries still pending."""
+    import kernelgate.redteam.command as command
+    from kernelgate.redteam.runner import run_entry
+
+    device_only = [e.name for e in DEFECTS if e.device_only][:3]
+
+    def cut_after_one(device, only, *, jobs, timeout, on_result):
+        on_result(run_entry(entries([only[0]])[0], device))
+        raise KeyboardInterrupt  # the device call's limit
+
+    monkeypatch.setattr(command, "calibrate", cut_after_one)
+    out = tmp_path / "cal.json"
+    args = ["calibrate", "--device", "cpu", "--json", str(out)]
+    for name in device_only:
+        args += ["--only", name]
+    CliRunner().invoke(app, args)
+    data = json.loads(out.read_text())
+    assert data["complete"] is False and data["pending"] == device_only[1:]
+    assert [d["name"] for d in data["defective"]] == device_only[:1]
+    assert not list(tmp_path.glob("*.partial"))
 
 
 CPU_DEFECTS = [e.name for e in DEFECTS if not e.device_only]

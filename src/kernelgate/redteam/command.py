@@ -6,6 +6,7 @@ Kept out of ``cli.py`` so the command line stays a thin shell over ``runner.cali
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -161,12 +162,32 @@ def calibrate_command_body(
         selected = entries(only)
     except KeyError as exc:
         raise KernelgateError(str(exc.args[0])) from None
+    finished: list[EntryResult] = []
+    started = time.monotonic()
+
+    def write(cal: Calibration, pending: list[str]) -> None:
+        """The JSON so far: rewritten after every entry, so a run cut at a time limit (a
+        device call) still leaves every finished row, marked incomplete with what is left."""
+        assert json_out is not None
+        data = cal.to_dict() | {"complete": not pending, "pending": pending}
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        partial = json_out.with_name(json_out.name + ".partial")
+        partial.write_text(json.dumps(data, indent=2))
+        partial.replace(json_out)
+
     with work_progress(errors, "kernels") as progress:
         task = progress.add_task("calibrating", total=len(selected))
 
         def on_result(result: EntryResult) -> None:
             progress.update(task, description=f"{result.name}: {result.outcome}")
             progress.advance(task)
+            finished.append(result)
+            if json_out is not None:
+                done = {r.name for r in finished}
+                write(
+                    Calibration(device, list(finished), round(time.monotonic() - started, 2)),
+                    [e.name for e in selected if e.name not in done],
+                )
             if not errors.is_terminal:  # a log (a device run cut at its limit) keeps each one
                 rejected = f", rejected by {', '.join(result.rejected_by)}" * bool(
                     result.rejected_by
@@ -182,8 +203,7 @@ def calibrate_command_body(
         cal = calibrate(device, only, jobs=jobs, timeout=timeout, on_result=on_result)
     print_calibration(cal, console)
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(cal.to_dict(), indent=2))
+        write(cal, [])
         console.print(f"calibration written to {json_out}")
     raise typer.Exit(0 if cal.ok else 1)
 
