@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import socket
 import subprocess
@@ -60,7 +61,12 @@ from kernelgate.tune.knobs import VALUES_ENV as KNOB_VALUES_ENV
 ENABLE_ENV = "KERNELGATE_WORKER_FORK"  # "0": every worker is a fresh process
 # Set for each worker, never read at import: one server serves workers that differ in them
 # (pytest sets PYTEST_CURRENT_TEST for every test; each session has its scratch).
-PER_WORKER_ENV = (*confine.scratch_env("").keys(), KNOB_VALUES_ENV, "PYTEST_CURRENT_TEST")
+PER_WORKER_ENV = (
+    *confine.scratch_env("").keys(),
+    KNOB_VALUES_ENV,
+    "PYTEST_CURRENT_TEST",
+    ENABLE_ENV,
+)
 LOG_NAME = "kernelgate-worker-forkserver.log"  # in the judge's temporary folder
 
 
@@ -95,6 +101,46 @@ def _close_on_exec() -> None:
                 os.close(fd)
 
 
+_CAPABILITY_VERSION_3 = 0x20080522  # linux/capability.h
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _capabilities_as_after_exec() -> None:
+    """The capabilities ``execv`` of the (file-capability-less) Python would leave: for
+    uid 0 the permitted and effective sets become the bounding set (emptied by the
+    launcher's ``no-capabilities``), for any other uid nothing; ambient ones are cleared.
+    Without this a forked worker would keep every capability its new user namespace gave
+    it (a worker could then, say, remount its read-only root in its own mount namespace)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    bounding = 0
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapBnd:"):
+            bounding = int(line.split()[1], 16)
+    for half in range(2):
+        kept = (bounding >> (32 * half)) & 0xFFFFFFFF if os.geteuid() == 0 else 0
+        data[half].permitted &= kept
+        data[half].effective = data[half].permitted
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # absent: nothing to clear
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
 def _fresh_random_state() -> None:
     """The random state a fresh process starts with: ``random`` reseeds itself after a fork,
     numpy's global generator (seeded at import, in the server) is reseeded here."""
@@ -108,7 +154,8 @@ def run_worker(fd_in: int, fd_out: int) -> NoReturn:
     its imports would be, and never return."""
     code = 1
     try:
-        _close_on_exec()
+        _close_on_exec()  # what execv would have done, first
+        _capabilities_as_after_exec()
         zygote.apply_record_env(dict(os.environ))  # thread pools read from it at import
         tempfile.tempdir = None  # TMPDIR is the worker's scratch, read on first use
         _fresh_random_state()
