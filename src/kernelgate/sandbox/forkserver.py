@@ -67,7 +67,9 @@ PER_WORKER_ENV = (
     "PYTEST_CURRENT_TEST",
     ENABLE_ENV,
 )
-LOG_NAME = "kernelgate-worker-forkserver.log"  # in the judge's temporary folder
+# The server's own stdout and stderr: a refusal says why on the socket, and its children
+# write to their sessions' logs, so nothing is kept (no shared file in /tmp to point at).
+LOG = Path(os.devnull)
 
 
 def shared_writable_mappings() -> str | None:
@@ -323,7 +325,7 @@ def server_for(env: Mapping[str, str]) -> WorkerForkServer | None:
             if server is not None:
                 server.retire()
             server_env = {k: v for k, v in env.items() if k not in PER_WORKER_ENV}
-            server = _current = WorkerForkServer(server_env, Path(tempfile.gettempdir()) / LOG_NAME)
+            server = _current = WorkerForkServer(server_env, LOG)
             _servers.append(server)
             return None
     if server.failure is not None:
