@@ -15,8 +15,8 @@ misses the workers that are reaped by a thread or left to their launcher):
 - ``forked_worker_start_load_close``: the same for a worker forked by the worker fork
   server (sandbox/forkserver.py): ``FORKED`` workers after a warm-up (the server's imports
   and a first, fresh, worker), less that warm-up (``forkserver_warm_up``), per worker;
-- ``forkserver_warm_up``: what a judge process pays once for its server (its imports, and
-  the first worker, started fresh while the server imports);
+- ``forkserver_warm_up``: a judge process's first worker with the server: the server's
+  imports, then the worker forked;
 - ``cli_verify_only``: ``kernelgate verify`` of the softmax example, ``--only CMP-01``, in a
   process of its own (the CLI tests' and hostile attacks' unit of work);
 - ``in_process_verify_only``: the same verification through ``kernelgate.verify``, judge and
@@ -72,7 +72,7 @@ def worker_start_load_close() -> None:
 def forkserver_warm_up() -> None:
     from kernelgate.sandbox import forkserver
 
-    worker_start_load_close()  # starts the server, and a fresh worker beside it
+    worker_start_load_close()  # starts the server, waits for it, forks the first worker
     server = forkserver._current
     assert server is not None and server.ready(), "the worker fork server did not start"
 

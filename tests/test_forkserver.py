@@ -83,8 +83,7 @@ def _candidate(folder: Path, source: str) -> Path:
 
 
 def _serving_server() -> forkserver.WorkerForkServer:
-    """The fork server of this process for the sessions below, ready (a first session
-    starts it: that session itself starts fresh)."""
+    """The fork server of this process for the sessions below, ready."""
     server = forkserver._current
     if server is None or server.failure is not None:
         pytest.skip("no worker fork server in this process")
@@ -106,7 +105,7 @@ def _record(tmp_path: Path, name: str) -> tuple[dict[str, Any], WorkerSession]:
 
 @pytest.fixture
 def fork_server(tmp_path: Path) -> forkserver.WorkerForkServer:
-    """A serving fork server (started by a first worker, fresh, if there was none)."""
+    """A serving fork server (started by a first worker if there was none)."""
     if not forkserver.enabled():
         pytest.skip(f"{forkserver.ENABLE_ENV}=0 for this run")
     if forkserver._current is None or not forkserver._current.serving():
