@@ -307,9 +307,11 @@ def test_helpers_module_has_no_leftover_processes() -> None:
     """Belt and braces for the tests above: nothing they started is still a child here."""
     from kernelgate.audit.processes import children_map
     from kernelgate.audit.zygote import running_zygotes
+    from kernelgate.sandbox.forkserver import running_servers
 
-    # the judge zygote, where a test here judged in this process, lives as long as it does
-    kept = set(running_zygotes())
+    # the judge zygote and the worker fork server, where a test here judged in this process
+    # or started a worker, live as long as it does
+    kept = set(running_zygotes()) | set(running_servers())
     leftovers = [p for p in children_map().get(os.getpid(), []) if alive(p) and p not in kept]
     for pid in leftovers:
         os.kill(pid, signal.SIGKILL)

@@ -87,6 +87,12 @@ def _kill_and_reap_new_children(before: set[int], settled: SettledTree) -> None:
     until none is left or ``REAP_SECONDS`` pass; fill ``settled``."""
     deadline = time.monotonic() + REAP_SECONDS
     seen: set[int] = set()
+    # The worker fork server (sandbox/forkserver.py) is the judge's, holds nothing of the
+    # verification, and stays for the next one; the workers it forked are killed as ours.
+    from kernelgate.sandbox import forkserver
+
+    settled.killed += forkserver.end_open_workers(_describe, REAP_SECONDS)
+    before = before | set(forkserver.running_servers())
     while True:
         fresh = _new_children(before)
         for child in fresh:

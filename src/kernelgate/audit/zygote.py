@@ -52,7 +52,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -74,6 +74,11 @@ FORK_SECONDS = 30.0  # for the zygote to answer a fork request
 GONE_SECONDS = 5.0  # for a judge to die once its zygote has
 POLL_SECONDS = 0.2  # the zygote's look at its judges where pidfds are unavailable
 MESSAGE_BYTES = 1 << 20
+MAX_FDS = 8  # descriptors one fork order may carry (a judge's log; a worker's pipes)
+
+# What a forked child becomes (it never returns): the order, the descriptors the order
+# carried, and the zygote's own descriptors, which the child must close.
+Become = Callable[[dict[str, Any], list[int], list[int]], NoReturn]
 
 
 class ZygoteUnavailable(Exception):
@@ -206,10 +211,11 @@ def _exit_status(pid: int) -> int | None:
     return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
-def _become_judge(order: dict[str, Any], log_fd: int, inherited: list[int]) -> NoReturn:
+def _become_judge(order: dict[str, Any], fds: list[int], inherited: list[int]) -> NoReturn:
     """In the forked child: become the record's judge, as ``python -m kernelgate.audit.judge``
     would be, and never return."""
     code = 1
+    log_fd = fds[0]
     try:
         zygote = os.getppid()
         os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the audit alone (judge_isolated)
@@ -249,12 +255,13 @@ def _become_judge(order: dict[str, Any], log_fd: int, inherited: list[int]) -> N
         os._exit(code)  # leftover threads of a reference or candidate must not hold the judge
 
 
-def serve(sock: socket.socket) -> None:
+def serve(sock: socket.socket, become: Become = _become_judge) -> None:
     """The zygote's loop: fork a judge per request, report each exit, reap when told.
 
     Single-threaded by design: it waits on the socket and on each judge's pidfd (or looks
     every ``POLL_SECONDS`` where there are none). The audit going away (end of file) ends it
-    after killing what it forked.
+    after killing what it forked. ``become``: what each forked child turns into (the worker
+    fork server, sandbox/forkserver.py, forks workers with this same loop).
     """
     running: dict[int, int | None] = {}  # judge pid -> its pidfd
     reported: set[int] = set()  # exited, status sent, not yet reaped
@@ -267,7 +274,7 @@ def serve(sock: socket.socket) -> None:
             if fd != sock.fileno():
                 continue
             try:
-                data, fds, _, _ = socket.recv_fds(sock, MESSAGE_BYTES, 4)
+                data, fds, _, _ = socket.recv_fds(sock, MESSAGE_BYTES, MAX_FDS)
             except OSError:
                 data, fds = b"", []
             if not data:  # the audit is gone (it would have killed us; belt and braces)
@@ -277,7 +284,7 @@ def serve(sock: socket.socket) -> None:
             message = json.loads(data)
             op = message.get("op")
             if op == "fork":
-                if retiring or len(fds) != 1:
+                if retiring or not fds:
                     for extra in fds:
                         os.close(extra)
                     _send(sock, {"id": message["id"], "error": "zygote retiring"})
@@ -287,8 +294,9 @@ def serve(sock: socket.socket) -> None:
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _become_judge(message, fds[0], inherited)
-                os.close(fds[0])
+                    become(message, fds, inherited)
+                for fd in fds:
+                    os.close(fd)
                 try:
                     pidfd: int | None = os.pidfd_open(pid)
                     poller.register(pidfd, select.POLLIN)
@@ -317,9 +325,20 @@ def main(fd: int) -> None:
     """The zygote: die with the audit, import the judge, check that CUDA is untouched and
     that it is alone (one thread), then serve."""
     die_with_audit_parent()
-    sock = socket.socket(fileno=fd)
+    load_then_serve(socket.socket(fileno=fd), preload, _become_judge)
+
+
+def load_then_serve(
+    sock: socket.socket,
+    load: Callable[[], None],
+    become: Become,
+    checks: Sequence[Callable[[], str | None]] = (),
+) -> None:
+    """Import (``load``), refuse to serve where forking would not give clean children
+    (CUDA initialised, more than one thread, or any of ``checks`` says why not), else say
+    ready and serve."""
     try:
-        preload()
+        load()
     except BaseException:
         _send(sock, {"refused": "its imports failed: " + traceback.format_exc(limit=3)})
         return
@@ -336,8 +355,13 @@ def main(fd: int) -> None:
                 names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
         _send(sock, {"refused": f"{count} threads after its imports ({', '.join(names)})"})
         return
+    for check in checks:
+        reason = check()
+        if reason:
+            _send(sock, {"refused": reason})
+            return
     _send(sock, {"ready": os.getpid()})
-    serve(sock)
+    serve(sock, become)
 
 
 # -- the audit's side --------------------------------------------------------------------------
@@ -392,8 +416,10 @@ class Zygote:
     thread, which lives as long as the zygote, is the one that starts it.
     """
 
+    child_label = "kernelgate.audit.judge(zygote)"  # a forked child's ``args``
+
     def __init__(self, env: Mapping[str, str], log_path: Path) -> None:
-        self.key = zygote_key(env)
+        self.key = self.key_of(env)
         self.failure: str | None = None  # why it cannot serve (set once, never cleared)
         self.pid: int | None = None
         self._log_path = log_path
@@ -416,11 +442,26 @@ class Zygote:
                 kill_tree(self.pid)
         return self.failure is None
 
+    def command(self, fd: int) -> list[str]:
+        """The zygote process's command line; ``fd``: its end of the socket pair."""
+        return [sys.executable, "-m", "kernelgate.audit.zygote", str(fd)]
+
+    @staticmethod
+    def key_of(env: Mapping[str, str]) -> tuple[Any, ...]:
+        """What the children of one zygote share (``zygote_key`` for judges)."""
+        return zygote_key(env)
+
     def spawn(
         self, request: Path, result: Path, log: IO[bytes], env: Mapping[str, str]
     ) -> ForkedJudge:
         """Fork the judge of ``request``, writing to ``log``, with ``env``; raises
         ``ZygoteUnavailable`` where it cannot (the caller starts a fresh process)."""
+        order = {"request": str(request), "result": str(result), "env": dict(env)}
+        return self.fork(order, [log.fileno()])
+
+    def fork(self, order: Mapping[str, Any], fds: Sequence[int]) -> ForkedJudge:
+        """Fork a child for ``order`` (what the zygote's ``become`` reads), handing it
+        copies of ``fds``; raises ``ZygoteUnavailable`` where it cannot."""
         reply = _Reply()
         with self._lock:
             if self.failure is not None or self._sock is None or self._retiring:
@@ -428,15 +469,9 @@ class Zygote:
             self._ids += 1
             ident = self._ids
             self._replies[ident] = reply
-            order = {
-                "op": "fork",
-                "id": ident,
-                "request": str(request),
-                "result": str(result),
-                "env": dict(env),
-            }
+            message = {**order, "op": "fork", "id": ident}
             try:
-                socket.send_fds(self._sock, [json.dumps(order).encode()], [log.fileno()])
+                socket.send_fds(self._sock, [json.dumps(message).encode()], list(fds))
             except OSError as exc:
                 self._replies.pop(ident, None)
                 raise ZygoteUnavailable(f"cannot reach it ({exc})") from None
@@ -485,7 +520,7 @@ class Zygote:
             self._log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self._log_path, "ab") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "kernelgate.audit.zygote", str(theirs.fileno())],
+                    self.command(theirs.fileno()),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
@@ -547,7 +582,7 @@ class Zygote:
             if "pid" in message:
                 pid = int(message["pid"])
                 reply.judge = self._judges[pid] = ForkedJudge(
-                    pid, self, ["kernelgate.audit.judge(zygote)", str(pid)]
+                    pid, self, [self.child_label, str(pid)]
                 )
             else:
                 reply.error = str(message.get("error"))

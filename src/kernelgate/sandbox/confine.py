@@ -54,8 +54,9 @@ import signal
 import stat
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 # -- constants from the Linux UAPI headers (sched.h, mount.h, prctl.h, landlock.h) --------
 CLONE_NEWNS = 0x00020000
@@ -698,8 +699,18 @@ def _drop_capabilities(report: Report) -> None:
         report.lack("no-capabilities", f"bounding set not emptied: {_reason(exc)}")
 
 
+# What runs once the confinement holds, in place of ``execv`` of the command: a worker
+# forked from the fork server (sandbox/forkserver.py) has imported everything already.
+Start = Callable[[], NoReturn]
+
+
 def _in_child(
-    policy: Policy, report: Report, cgroup: str | None, argv: list[str], status_fd: int
+    policy: Policy,
+    report: Report,
+    cgroup: str | None,
+    argv: list[str],
+    status_fd: int,
+    start: Start | None = None,
 ) -> None:
     """The launcher's child, PID 1 of the new namespace if there is one: finish the
     confinement, report, then run the worker (under ``_init`` in a PID namespace)."""
@@ -762,11 +773,14 @@ def _in_child(
         with contextlib.suppress(OSError):
             os.close(policy.report_fd)
     if "pid-namespace" in report.in_force:
-        _init(argv, status_fd)
-    _exec(argv)
+        _init(argv, status_fd, start)
+    _exec(argv, start)
 
 
-def _exec(argv: list[str]) -> None:
+def _exec(argv: list[str], start: Start | None = None) -> None:
+    """Become the command: ``execv`` of ``argv``, or ``start()`` where one is given."""
+    if start is not None:
+        start()
     try:
         os.execv(argv[0], argv)
     except OSError as exc:
@@ -774,14 +788,14 @@ def _exec(argv: list[str]) -> None:
         os._exit(127)
 
 
-def _init(argv: list[str], status_fd: int) -> None:
+def _init(argv: list[str], status_fd: int, start: Start | None = None) -> None:
     """PID 1 of the namespace: run the worker as its child, reap orphans, and pass the
     worker's wait status to the launcher. The worker is not PID 1 itself: the kernel ignores
     signals a namespace's init sends itself (``os.abort``, ``os.kill(os.getpid(), ...)``),
     which would turn a candidate's suicide into a hang."""
     worker = os.fork()
     if worker == 0:
-        _exec(argv)
+        _exec(argv, start)
     while True:
         try:
             pid, status = os.wait()
@@ -795,9 +809,11 @@ def _init(argv: list[str], status_fd: int) -> None:
             os._exit(0)  # the kernel now kills whatever the worker left in the namespace
 
 
-def launch(policy: Policy, argv: list[str]) -> int:
+def launch(policy: Policy, argv: list[str], start: Start | None = None) -> int:
     """Apply the policy, run ``argv`` confined, wait for it; returns the exit status to use
-    (negative: the signal that ended the worker)."""
+    (negative: the signal that ended the worker). ``start``: run in the confined child
+    instead of ``execv`` of ``argv`` (it must never return, and must first do what
+    ``execv`` would: close the descriptors marked close-on-exec)."""
     report = Report()
     apply_rlimits(policy, report)
     cgroup, cgroup_why = (None, "skipped by the judge")
@@ -818,7 +834,7 @@ def launch(policy: Policy, argv: list[str]) -> int:
     if child == 0:
         try:
             os.close(status_read)
-            _in_child(policy, report, cgroup, argv, status_write)
+            _in_child(policy, report, cgroup, argv, status_write, start)
         finally:
             os._exit(127)
     os.close(status_write)
@@ -861,8 +877,13 @@ def main(args: list[str]) -> int:
     except (ValueError, TypeError) as exc:
         sys.stderr.write(f"kernelgate confine: bad policy: {exc}\n")
         return 2
-    code = launch(policy, args[2:])
-    if code < 0:  # end the way the worker ended, so the judge sees the same signal
+    return end_as(launch(policy, args[2:]))
+
+
+def end_as(code: int) -> int:
+    """The launcher's end for ``launch``'s ``code``: a signal kills it the way it ended the
+    worker, so the judge sees the same signal; an exit code is returned to exit with."""
+    if code < 0:
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
         return 128 - code

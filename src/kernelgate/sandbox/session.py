@@ -27,8 +27,10 @@ import torch
 
 import kernelgate
 from kernelgate import bytecode
+from kernelgate.audit.processes import JudgeProcess
+from kernelgate.audit.zygote import ZygoteUnavailable
 from kernelgate.errors import CandidateBuildError, CandidateLoadError
-from kernelgate.sandbox import confine, cuda_ipc, wire
+from kernelgate.sandbox import confine, cuda_ipc, forkserver, wire
 from kernelgate.sandbox.access_trace import trace_enabled_by_default
 from kernelgate.sandbox.clocks import ChoicePoint, parse_choice_points
 from kernelgate.sandbox.compile_budget import (
@@ -101,7 +103,9 @@ class WorkerSession:
     # Trace the interpreter's loads and stores (RES-01 in CPU mode, sandbox/access_trace.py);
     # off with KERNELGATE_ACCESS_TRACE=0 (``--no-access-trace``).
     access_trace: bool = field(default_factory=trace_enabled_by_default)
-    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    # the worker's process (its launcher's, confined): started fresh, or forked by the
+    # worker fork server (sandbox/forkserver.py), which has Popen's surface
+    _process: JudgeProcess | None = field(default=None, repr=False)
     _to_worker: int = -1
     _from_worker: int = -1
     _log: Any = field(default=None, repr=False)
@@ -193,21 +197,48 @@ class WorkerSession:
             connect_ports=self.confine_connect_ports,
         )
         self._isolation = launch.isolation
-        self._process = subprocess.Popen(
-            launch.argv,
-            pass_fds=(worker_read, worker_write, *launch.pass_fds),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=self._log,
-            env=env,
-            cwd=scratch,
-            start_new_session=True,
-        )
+        self._process = self._forked(launch, env, scratch, (worker_read, worker_write))
+        if self._process is None:
+            self._process = subprocess.Popen(
+                launch.argv,
+                pass_fds=(worker_read, worker_write, *launch.pass_fds),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=self._log,
+                env=env,
+                cwd=scratch,
+                start_new_session=True,
+            )
         self._report_fd = launch.started()
         os.close(worker_read)
         os.close(worker_write)
         self._to_worker, self._from_worker = judge_write, judge_read
         self._loaded = False
+
+    def _forked(
+        self,
+        launch: ConfinedCommand,
+        env: dict[str, str],
+        scratch: Path,
+        pipes: tuple[int, int],
+    ) -> JudgeProcess | None:
+        """The worker, forked by the worker fork server (sandbox/forkserver.py) with the
+        confinement and environment ``launch`` would give it; None: start it fresh (device
+        mode, a wrapper, the server switched off or failing)."""
+        if self.device != "cpu" or self.wrapper or launch.fresh_only:
+            return None
+        server = forkserver.server_for(env)
+        if server is None:
+            return None
+        assert self._log is not None
+        report = launch.report_write if launch.policy is not None else None
+        try:
+            return server.start_worker(
+                env, scratch, launch.policy, self._log.fileno(), pipes, report
+            )
+        except ZygoteUnavailable as exc:
+            forkserver.say_fallback(f"the worker fork server failed: {exc}")
+            return None
 
     def mode(self) -> str:
         """ "auto" or "off" (see ``isolation_mode``); a wrong value is a clear error."""
@@ -829,7 +860,7 @@ class WorkerSession:
             self._kill(self._process)
         self.close()
 
-    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+    def _kill(self, process: JudgeProcess) -> None:
         _kill_worker(process, self._confined)
 
     def log_tail(self, limit: int = 2000) -> str:
@@ -844,7 +875,7 @@ class WorkerSession:
 # -- starting a process under the confinement launcher (the worker, the audit's old check) --
 
 
-def _kill_worker(process: subprocess.Popen[bytes], confined: bool) -> None:
+def _kill_worker(process: JudgeProcess, confined: bool) -> None:
     if confined:
         # The launcher first (SIGTERM): it kills the worker and, without a PID
         # namespace, every process the worker's tree left behind. Then the whole group.
@@ -858,7 +889,7 @@ def _kill_worker(process: subprocess.Popen[bytes], confined: bool) -> None:
         process.wait(timeout=10)
 
 
-def _see_out(process: subprocess.Popen[bytes], grace: float, confined: bool) -> None:
+def _see_out(process: JudgeProcess, grace: float, confined: bool) -> None:
     """Wait ``grace`` seconds for a worker told to exit, then kill it and its group."""
     try:
         process.wait(timeout=grace)
@@ -873,7 +904,7 @@ class _Retiring:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
-    def add(self, process: subprocess.Popen[bytes], grace: float, confined: bool) -> None:
+    def add(self, process: JudgeProcess, grace: float, confined: bool) -> None:
         thread = threading.Thread(
             target=_see_out, args=(process, grace, confined), name="retire-worker", daemon=True
         )
@@ -922,6 +953,16 @@ class ConfinedCommand:
     isolation: dict[str, Any] | None  # the report of an unconfined start; None: read it
     _report_read: int = -1
     _report_write: int = -1
+    # the launcher's policy (None: unconfined), for a worker fork server that applies it
+    policy: confine.Policy | None = None
+    # True where ``argv`` does more than the launcher and the worker (a wrapper, the
+    # die-with-caller shim): only a fresh process runs it as it is
+    fresh_only: bool = False
+
+    @property
+    def report_write(self) -> int:
+        """The launcher's end of the report pipe (-1: none), until ``started``."""
+        return self._report_write
 
     def started(self) -> int:
         """Close the launcher's end in the judge; returns the judge's end (-1: none)."""
@@ -974,7 +1015,12 @@ def confined_command(
     """
     if mode == "off":
         reason = "turned off" if explicit else f"turned off ({confine.ENV_SWITCH}=off)"
-        return ConfinedCommand([*(wrapper or []), *command], (), confine.turned_off(reason))
+        return ConfinedCommand(
+            [*(wrapper or []), *command],
+            (),
+            confine.turned_off(reason),
+            fresh_only=bool(wrapper),
+        )
     report_read, report_write = os.pipe()
     policy = confine.Policy(
         scratch=str(scratch),
@@ -990,6 +1036,8 @@ def confined_command(
         None,
         report_read,
         report_write,
+        policy=policy,
+        fresh_only=die_with_caller or bool(wrapper),
     )
 
 
