@@ -40,16 +40,13 @@ from typing import Any
 
 from kernelgate.errors import CandidateLoadError
 from kernelgate.sandbox import confine
+from kernelgate.sandbox.sanitizer_outcomes import TOOLS
 from kernelgate.sandbox.session import PROBE, ExecutionIncident, WorkerSession
 from kernelgate.serde import Serializable
 
-TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-DEFAULT_BUDGET_S = 60.0  # seconds for all tools of one record in an audit (``--sanitize-seconds``)
 MIN_EXIT_GRACE_S = 15.0  # the sanitizer writes its summary as its target exits
 MAX_REPORT_CHARS = 6000
-# SanitizerRun.status: the first three ran to their summary; the rest did not
-RAN = ("clean", "findings", "other-findings")
-NOT_RAN = ("inconclusive", "out-of-budget", "not-run")
+
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
 # racecheck reports hazards instead: "RACECHECK SUMMARY: 0 hazards displayed (0 errors, ...)".
 _RACECHECK_SUMMARY = re.compile(r"RACECHECK SUMMARY:.*?\((\d+)\s+errors?")
@@ -144,19 +141,6 @@ class SanitizerRun(Serializable):
     @property
     def found(self) -> bool:
         return self.status == "findings"
-
-    def row(self) -> dict[str, Any]:
-        """What an audit row keeps of the run: the outcome and its cost, not the report."""
-        out: dict[str, Any] = {
-            "status": self.status,
-            "ran": self.status in RAN,
-            "errors": self.errors,
-            "candidate_errors": self.candidate_errors,
-            "seconds": self.seconds,
-        }
-        if self.why:
-            out["why"] = self.why[:200]
-        return out
 
 
 def find_compute_sanitizer() -> str | None:
