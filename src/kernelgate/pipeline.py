@@ -36,6 +36,7 @@ from kernelgate.formats.problem import (
 from kernelgate.gates import GATE_IDS, GATES
 from kernelgate.gates.base import Case, Gate, GateContext, GateResult, run_gate
 from kernelgate.gates.res01_execution import ExecutionSafetyGate, sanitize_after_gates
+from kernelgate.gates.res02_resources import ResourcesGate, launched_extension_kernels
 from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
 from kernelgate.perf.measure import PerfOptions, PerfReport, PerfRun
@@ -287,14 +288,15 @@ def verify(
                 if problem is not None:  # every declared shape: a failure rejects
                     rules.append(judge_declared_shapes(ctx, problem))
                 ctx.profile_authorship()  # AUTH-01's measure, after every judged call
-                if policy is not None:  # RES-01's sanitizer runs, now that authorship is known
-                    at = [r.id for r in results].index(ExecutionSafetyGate.id)
-                    results[at] = sanitize_after_gates(
-                        results[at],
-                        ctx,
-                        policy,
-                        authorship_evidence(ctx.authorship_record, ctx.authorship_why),
-                    )
+                # what needs to know which kernels the candidate launched: RES-02 judges its
+                # extension's launched kernels, RES-01's sanitizer runs on its own kernels
+                profiled = authorship_evidence(ctx.authorship_record, ctx.authorship_why)
+                ids = [r.id for r in results]
+                at = ids.index(ResourcesGate.id)
+                results[at] = launched_extension_kernels(results[at], profiled)
+                if policy is not None:
+                    at = ids.index(ExecutionSafetyGate.id)
+                    results[at] = sanitize_after_gates(results[at], ctx, policy, profiled)
                 if perf is not None:
                     perf_report = performance(ctx, reference, perf, contract, results, rules)
                 if shrink is not None:  # after every judged and timed call: nothing changes

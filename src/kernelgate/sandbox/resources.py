@@ -319,6 +319,105 @@ def parse_resource_usage(text: str) -> list[dict[str, Any]]:
     return kernels
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CLOSING = "INXFL"  # in template arguments, what a matching "E" closes
+_STANDARD_SUBSTITUTIONS = "tabsiod"  # St, Sa, Sb, Ss, Si, So, Sd
+
+
+class _Unreadable(ValueError):
+    """A mangled name this reader does not handle."""
+
+
+def mangled_base_name(symbol: str) -> str | None:
+    """The unqualified name of a kernel's symbol as ``cuobjdump`` prints it, or None.
+
+    ``cuobjdump --dump-resource-usage`` names a CUDA C++ kernel by its Itanium-mangled
+    symbol (``_Z10add_kernelPKfPfi``, ``_ZN2ns10add_kernelIfEEvPT_``); the profiler names the
+    same launch demangled (``void ns::add_kernel<float>(float*)``). Both are reduced to the
+    base name (``add_kernel``) to be matched. An ``extern "C"`` kernel's symbol is its name.
+    Reads only the name part of the encoding: free functions, namespaces (anonymous ones
+    included), internal linkage, template arguments (skipped); None for anything else
+    (the caller then keeps the symbol and judges the kernel whether it launched or not).
+    """
+    if not symbol.startswith("_Z"):
+        return symbol if _IDENTIFIER.fullmatch(symbol) else None
+    try:
+        return _base_name(symbol, 2)
+    except (_Unreadable, IndexError, ValueError):
+        return None
+
+
+def _source_name(symbol: str, at: int) -> tuple[str, int]:
+    digits = re.match(r"\d+", symbol[at:])
+    if digits is None:
+        raise _Unreadable(symbol)
+    start = at + len(digits.group())
+    end = start + int(digits.group())
+    if end > len(symbol):
+        raise _Unreadable(symbol)
+    return symbol[start:end], end
+
+
+def _base_name(symbol: str, at: int) -> str | None:
+    if symbol[at] == "L":  # internal linkage (a static kernel)
+        at += 1
+    if symbol[at].isdigit():
+        return _source_name(symbol, at)[0]
+    if symbol[at] != "N":
+        return None
+    at += 1
+    while symbol[at] in "rVKRO":  # qualifiers of a member function
+        at += 1
+    last = None
+    while symbol[at] != "E":
+        char = symbol[at]
+        if char.isdigit():
+            last, at = _source_name(symbol, at)
+        elif char == "I":
+            at = _skip_template_arguments(symbol, at)
+        elif char == "S":
+            at = _skip_substitution(symbol, at)
+        else:
+            raise _Unreadable(symbol)
+    return last
+
+
+def _skip_substitution(symbol: str, at: int) -> int:
+    if symbol[at + 1] in _STANDARD_SUBSTITUTIONS:
+        return at + 2
+    end = symbol.index("_", at)  # S_, S0_, SA_
+    return end + 1
+
+
+def _skip_template_arguments(symbol: str, at: int) -> int:
+    """The index after the ``I ... E`` that starts at ``at``: source names skipped by their
+    length, literals (``Li256E``) and parameters (``T_``) by their own grammar."""
+    depth = 0
+    while True:
+        char = symbol[at]
+        if char.isdigit():
+            at = _source_name(symbol, at)[1]
+        elif char == "L" and symbol[at + 1] != "_":  # a literal: L <type> [n] <digits> E
+            literal = re.match(r"L(?:D.|[a-z])n?[0-9a-f]*E", symbol[at:])
+            if literal is None:
+                raise _Unreadable(symbol)
+            at += len(literal.group())
+        elif char in "ST":
+            at = _skip_substitution(symbol, at) if char == "S" else symbol.index("_", at) + 1
+        elif char == "D":  # Dh, Dn, ...; Dv <n> _ <type>
+            at = symbol.index("_", at) + 1 if symbol[at + 1] == "v" else at + 2
+        elif char in _CLOSING:
+            depth += 1
+            at += 1
+        elif char == "E":
+            depth -= 1
+            at += 1
+            if depth == 0:
+                return at
+        else:  # a builtin type or a type modifier: one letter
+            at += 1
+
+
 def dump_resource_usage(path: str, timeout: float = 120.0) -> tuple[list[dict[str, Any]], str]:
     """Run ``cuobjdump --dump-resource-usage`` on a cubin or shared object.
 
