@@ -23,8 +23,11 @@ trusted probe under the sanitizer (once per judge process and device), the stric
 confinement under which the sanitizer still instruments its target; every mechanism it
 drops is reported missing in the run's ``isolation`` with the reason.
 
-Known blind spot (NOTES.md): memcheck does not see a small overrun that stays inside the
-caching allocator's rounded block; MEM-01's guard bands and poison cover those.
+PyTorch's caching allocator hands out pieces of large blocks, and memcheck knows only the
+blocks: an overrun that stays inside one is invisible to it (NOTES.md). The sanitized
+worker therefore runs with the caching allocator off (``SANITIZED_ENV``), so each tensor
+the candidate allocates is an allocation of its own, with bounds memcheck checks. The
+judge's own inputs keep MEM-01's guard bands, which MEM-01 checks.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ SLOWDOWN = 20.0  # sanitized calls are this much slower at most, for timeouts
 FRONTEND_PORT, FRONTEND_CONNECTIONS = 49152, 10
 FRONTEND_PORTS = list(range(FRONTEND_PORT, FRONTEND_PORT + FRONTEND_CONNECTIONS))
 PROBE_TIMEOUT_S = 120.0  # the sanitizer's own launch timeout is 60 s
+# set for the sanitized worker (through ``env`` ahead of the sanitizer in its command)
+SANITIZED_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,8 @@ def sanitized_session(
         session.weights = like.weights
         session.forbidden = like.forbidden
     session.wrapper = [
+        shutil.which("env") or "/usr/bin/env",
+        *(f"{name}={value}" for name, value in SANITIZED_ENV.items()),
         executable,
         "--tool",
         tool,
