@@ -538,3 +538,54 @@ def test_report_has_the_sanitizer_and_res02_tables() -> None:
         ["RES-02 ran (pass or fail)", "3 (75.0%)"],
     ]
     assert res02[2] == ["did not run: cuobjdump not found", "1"]
+
+
+def test_extensions_built_anywhere_in_the_scratch_folder_count_but_caches_do_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A candidate that passes ``build_directory="cuda_extensions"`` (relative to the
+    worker's folder) builds outside the torch extensions root: its library is still the
+    candidate's; Triton's launcher modules in its cache folder are not."""
+    import sys
+    import types
+
+    from kernelgate.sandbox import confine
+    from kernelgate.sandbox.resources import LaunchRecorder
+
+    scratch = tmp_path / "scratch"
+    for key, value in confine.scratch_env(str(scratch)).items():
+        monkeypatch.setenv(key, value)
+    built = {
+        "kg_ext_root": scratch / "torch_extensions" / "a" / "a.so",
+        "kg_ext_relative": scratch / "cuda_extensions" / "b.so",
+        "kg_triton_launcher": scratch / "triton" / "x" / "cuda_utils.so",
+        "kg_elsewhere": tmp_path / "elsewhere" / "c.so",
+    }
+    for path in built.values():
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"")
+    monkeypatch.chdir(scratch)
+    recorder = LaunchRecorder()
+    for name, path in built.items():
+        module = types.ModuleType(name)
+        module.__file__ = str(path)
+        monkeypatch.setitem(sys.modules, name, module)
+    found = [r["path"] for r in recorder.extensions()]
+    assert found == sorted(str(built[n].resolve()) for n in ("kg_ext_relative", "kg_ext_root"))
+
+
+def test_a_host_only_library_has_no_kernels_and_is_not_unmeasured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelgate.sandbox import resources
+
+    fake = tmp_path / "cuobjdump"
+    fake.write_text(
+        "#!/bin/sh\necho \"cuobjdump info    : File '$2' does not contain device code\" >&2\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(resources, "find_cuobjdump", lambda: str(fake))
+    assert resources.dump_resource_usage(str(tmp_path / "host.so")) == ([], "")
+    fake.write_text("#!/bin/sh\necho 'Fatbin ptx code:'\n")
+    kernels, why = resources.dump_resource_usage(str(tmp_path / "ptx.so"))
+    assert kernels == [] and why.startswith("cuobjdump found no SASS")

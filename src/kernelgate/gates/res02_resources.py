@@ -77,7 +77,7 @@ class ResourcesGate(Gate):
                     kernels.append(record)
             elif backend == "cuda-extension":
                 found, why = dump_resource_usage(str(record.get("path")))
-                if not found:
+                if why:  # no why and no kernel: a host-only library
                     unmeasured.append({"name": record.get("path"), "error": why})
                 for k in found:
                     kernels.append(

@@ -62,6 +62,9 @@ class LaunchRecorder:
         self.notes: list[str] = []
         self.ptxas_cache: dict[str, tuple[dict[str, Any] | None, str]] = {}
         self.realpaths: dict[str, str] = {}  # see ``extensions``
+        # the worker's folder when it installs the recorder (its scratch, where it builds)
+        self.scratch = _scratch_folder()
+        self.places: tuple[list[str], list[str]] | None = None  # see ``_extension_places``
 
     def _add(self, record: dict[str, Any]) -> None:
         key = json.dumps(record, sort_keys=True, default=str)
@@ -146,11 +149,16 @@ class LaunchRecorder:
         )
 
     def extensions(self) -> list[dict[str, Any]]:
-        """Shared objects of CUDA C++ extensions the candidate built and loaded."""
-        # Only the torch extensions build root counts (where load_inline builds): Triton's own
-        # launcher modules and library .so files are not the candidate's kernels.
-        root = _torch_extensions_root()
-        if not root:
+        """Shared objects of CUDA C++ extensions the candidate built and loaded.
+
+        Where the candidate builds: the torch extensions root (``load_inline``'s default),
+        or anywhere else in the worker's scratch folder (``build_directory="ext"``, relative
+        to the worker's folder, as some CUDA-L1 candidates do), whichever module of the
+        candidate's built it. Not the caches there (Triton's launcher modules, inductor's,
+        the CUDA JIT cache): those are no candidate's kernels, nor is any library outside.
+        """
+        roots, caches = self._extension_places()
+        if not roots:
             return []
         files: set[str] = set()
         for name, module in list(sys.modules.items()):
@@ -166,8 +174,26 @@ class LaunchRecorder:
         # hundred library segments (resolving each on every call cost ~45 ms a call).
         paths = {self._resolved(file) for file in files}
         return [
-            {"backend": "cuda-extension", "path": p} for p in sorted(paths) if p.startswith(root)
+            {"backend": "cuda-extension", "path": p}
+            for p in sorted(paths)
+            if any(_inside(p, r) for r in roots) and not any(_inside(p, c) for c in caches)
         ]
+
+    def _extension_places(self) -> tuple[list[str], list[str]]:
+        """(where the candidate's extensions are built, the caches inside those places),
+        fixed at the first call: the worker's folder is its scratch until the candidate
+        moves it, which must not move where the judge looks."""
+        if self.places is None:
+            roots = [r for r in (_torch_extensions_root(), self.scratch) if r]
+            caches = [
+                os.path.realpath(os.environ[k])
+                for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH")
+                if os.environ.get(k)
+            ]
+            home = os.environ.get("TRITON_HOME")
+            caches += [os.path.join(os.path.realpath(home), ".triton")] if home else []
+            self.places = (roots, caches)
+        return self.places
 
     def _resolved(self, file: str) -> str:
         if file not in self.realpaths:
@@ -196,6 +222,21 @@ def _asm_text(kernel: Any, key: str) -> str:
     if isinstance(value, bytes):
         value = value.decode(errors="replace")
     return value if isinstance(value, str) else ""
+
+
+def _scratch_folder() -> str:
+    """The worker's scratch folder (its working directory; ``confine.scratch_env`` points
+    ``TMPDIR`` at it), or "" in a process that has none of its own."""
+    tmpdir = os.environ.get("TMPDIR")
+    with contextlib.suppress(OSError):
+        here = os.path.realpath(os.getcwd())
+        if tmpdir and os.path.realpath(tmpdir) == here:
+            return here
+    return ""
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _torch_extensions_root() -> str:
@@ -421,7 +462,8 @@ def _skip_template_arguments(symbol: str, at: int) -> int:
 def dump_resource_usage(path: str, timeout: float = 120.0) -> tuple[list[dict[str, Any]], str]:
     """Run ``cuobjdump --dump-resource-usage`` on a cubin or shared object.
 
-    Returns the kernels found and, when none could be read, why.
+    Returns the kernels found and, when none could be read, why; ``([], "")`` for a library
+    with no device code at all.
     """
     tool = find_cuobjdump()
     if tool is None:
@@ -437,6 +479,8 @@ def dump_resource_usage(path: str, timeout: float = 120.0) -> tuple[list[dict[st
     except (OSError, subprocess.SubprocessError) as exc:
         return [], f"cuobjdump failed: {exc}"
     kernels = parse_resource_usage(done.stdout)
+    if not kernels and "does not contain device code" in done.stdout + done.stderr:
+        return [], ""  # a host-only library (a C++ helper beside the kernels): nothing to judge
     if not kernels:
         return [], f"cuobjdump found no SASS in {path} ({done.stderr.strip()[:300] or 'PTX only?'})"
     return kernels, ""
@@ -794,7 +838,7 @@ def _compile_one(module: Any, record: dict[str, Any], tmp: Path) -> dict[str, An
     cubin.write_bytes(compiled.asm["cubin"])
     kernels, why = dump_resource_usage(str(cubin))
     if not kernels:
-        return {"name": record["name"], "error": why}
+        return {"name": record["name"], "error": why or "cuobjdump: no device code in the cubin"}
     usage = kernels[0]
     ptxas, why = ptxas_usage(
         compiled.asm.get("ptx", ""), compiled.metadata, TARGET_ARCH, triton_flags=False
