@@ -466,6 +466,7 @@ def _row(record: str, authored: int | None, res02: str, reason: str, sanitized: 
 
 def _sanitized(memcheck: str, seconds: float) -> dict[str, Any]:
     evidence = {
+        "sanitizer_policy": {"when": "authored", "seconds": 60.0},
         "sanitizer_seconds": seconds * 4,
         "sanitizer_runs": [
             {"tool": "memcheck", "status": memcheck, "errors": 1, "seconds": seconds},
@@ -509,6 +510,10 @@ def test_summary_gives_each_tools_coverage_and_cost() -> None:
     assert summary["tools"]["synccheck"]["did_not_run"] == {"out-of-budget": 3}
     assert summary["not_sanitized"] == {
         "not recorded (row from before the sanitizer ran in audits)": 1
+    }
+    # a CPU audit's RES-01 evidence has no policy: nothing requested, whatever it traced
+    assert sanitizer_row({"sanitizer": "access trace: 12 calls"}) == {
+        "not_run": "not requested (a CPU audit, or --no-sanitize)"
     }
 
 

@@ -171,8 +171,9 @@ def verify_command(
         bool,
         typer.Option(
             "--sanitize",
-            help="also run the candidate under compute-sanitizer memcheck, racecheck and "
-            "initcheck (device mode; RES-01)",
+            help="also run the candidate under compute-sanitizer memcheck, racecheck, "
+            "initcheck and synccheck (device mode; RES-01; device audits do so by default "
+            "for candidates with kernels of their own)",
         ),
     ] = False,
     no_access_trace: Annotated[

@@ -35,9 +35,11 @@ def authored_kernel_count(authorship: dict[str, Any] | None) -> int | None:
 
 def sanitizer_row(res01_evidence: dict[str, Any]) -> dict[str, Any]:
     """The row's ``sanitizer`` from RES-01's evidence: each tool's outcome, or why none ran."""
+    if "sanitizer_policy" not in res01_evidence:  # a CPU audit, or --no-sanitize
+        return {"not_run": "not requested (a CPU audit, or --no-sanitize)"}
     runs = res01_evidence.get("sanitizer_runs") or []
     if not runs:
-        return {"not_run": str(res01_evidence.get("sanitizer", "not requested"))[:300]}
+        return {"not_run": str(res01_evidence.get("sanitizer", "not run"))[:300]}
     tools: dict[str, Any] = {}
     for run in runs:
         entry: dict[str, Any] = {

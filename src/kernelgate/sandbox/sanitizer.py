@@ -47,7 +47,7 @@ from kernelgate.sandbox.sanitizer_outcomes import TOOLS
 from kernelgate.sandbox.session import PROBE, ExecutionIncident, WorkerSession
 from kernelgate.serde import Serializable
 
-MIN_EXIT_GRACE_S = 15.0  # the sanitizer writes its summary as its target exits
+MIN_EXIT_GRACE_S = 30.0  # the sanitizer writes its summary as its target exits
 MAX_REPORT_CHARS = 6000
 
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
