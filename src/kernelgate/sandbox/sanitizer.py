@@ -188,7 +188,7 @@ def sanitized_session(
     ``like``: the verification's main session. Its scratch folder is shared, so a torch
     extension built by the gates' workers is loaded, not built again under the sanitizer
     (minutes of a record's budget otherwise); its model class and weights (a problem
-    folder's solution) and forbidden names carry over."""
+    folder's solution), forbidden names and the tuner's config carry over."""
     session = WorkerSession(
         candidate, init_inputs, device=device, timeout=timeout, load_timeout=load_timeout
     )
@@ -197,6 +197,8 @@ def sanitized_session(
         session.model_class = like.model_class
         session.weights = like.weights
         session.forbidden = like.forbidden
+        session.knob_values = like.knob_values  # the tuner's config, as in every instance
+        session.autotune_pins = like.autotune_pins
     session.wrapper = [
         shutil.which("env") or "/usr/bin/env",
         *(f"{name}={value}" for name, value in SANITIZED_ENV.items()),
@@ -282,7 +284,7 @@ def run_tool(
     worker takes.
     """
     confinement = sanitizer_confinement(executable, device)
-    started = time.monotonic()
+    started = started_now()
     deadline = None if budget_s is None else started + budget_s
 
     def left(default: float) -> float:
@@ -336,7 +338,7 @@ def run_tool(
         tool=tool,
         errors=errors,
         calls=calls,
-        seconds=round(time.monotonic() - started, 2),
+        seconds=round(started_now() - started, 2),
         report=attributed.report,
         incidents=incidents,
         isolation=sanitized_isolation(session.isolation, confinement),
