@@ -174,7 +174,7 @@ def sanitizer_table(summary: dict[str, Any]) -> list[list[str]]:
             ]
         )
     for why, count in (s.get("not_sanitized") or {}).items():
-        rows.append(["(none)", str(count), "0", "-", "-", why, "-", "-"])
+        rows.append(["no tool ran", str(count), "0", "-", "-", why, "-", "-"])
     return rows or [["-", "0", "0", "0", "0", str(s.get("setting") or "off"), "-", "-"]]
 
 
