@@ -594,3 +594,24 @@ def test_a_host_only_library_has_no_kernels_and_is_not_unmeasured(
     fake.write_text("#!/bin/sh\necho 'Fatbin ptx code:'\n")
     kernels, why = resources.dump_resource_usage(str(tmp_path / "ptx.so"))
     assert kernels == [] and why.startswith("cuobjdump found no SASS")
+
+
+def test_a_fault_in_a_cub_function_inside_the_candidates_kernel_is_the_candidates() -> None:
+    """cub's device functions run inside the kernel that calls them: the device call stack
+    names the candidate's kernel, and a cub frame alone is no library kernel."""
+    log = (
+        "========= Invalid __shared__ read of size 4 bytes\n"
+        "=========     at void cub::CUB_200200_900_NS::BlockReduce<float, 256>::Sum(float)+0x90"
+        " in /usr/local/cuda/include/cub/block/block_reduce.cuh:356\n"
+        "=========     by thread (3,0,0) in block (0,0,0)\n"
+        "=========     Device Frame:row_sum_kernel(const float *, float *, int)+0x3a0"
+        " in /tmp/s/ext/cuda.cu:31\n"
+        "=========\n========= ERROR SUMMARY: 1 error\n"
+    )
+    names = KernelNames(authored=frozenset({"row_sum_kernel"}))
+    attributed = attribute_report(log, names)
+    assert attributed.candidate == 1 and "Device Frame:row_sum_kernel" in attributed.report
+    unlisted = KernelNames(authored=frozenset({"other_kernel"}))
+    assert (
+        attribute_report(log.replace("Device Frame:row_sum_kernel", "x"), unlisted).candidate == 1
+    )

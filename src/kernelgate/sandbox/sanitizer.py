@@ -412,7 +412,11 @@ class AttributedReport:
 _PREFIX = "========="
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # a device frame: "    at k(float *, int)+0x70 in k.cu:12", racecheck's "Write access at ..."
-_DEVICE_FRAME = re.compile(r"^=+\s+at\s+|\baccess at\s+")
+# and a device call stack's "Device Frame:f(...)" lines
+_DEVICE_FRAME = re.compile(r"^=+\s+at\s+|\baccess at\s+|Device Frame:\s*")
+# launched by PyTorch, whoever called it; not cub, cutlass or cute, whose device functions
+# run inside the candidate's own kernels
+_PYTORCH_NAMESPACES = ("at::", "c10::", "torch::")
 _HOST_FRAME = re.compile(r"Host Frame|^=+\s+in\s|Saved host backtrace")
 _HEADERS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY")
 
@@ -449,12 +453,12 @@ def attribute_report(log: str, kernels: KernelNames | None) -> AttributedReport:
 
     A block's kernel is read from its device frames (``at k(float*, int)+0x70 in k.cu:12``,
     older ``at 0x70 in k(float*, int)``, racecheck's ``Write access at ...``): the
-    identifiers there, matched against the profile's base names. A block whose device frames
-    name no known kernel is the candidate's (the same candidate at the same shape launched
+    identifiers there, matched against the profile's base names (a library kernel is one the
+    profile saw launched and did not attribute, or a PyTorch one: a cub or cutlass device
+    function runs inside whoever's kernel called it). A block whose device frames name no
+    known kernel is the candidate's (the same candidate at the same shape launched
     it; erring towards failure); one with no device frame is a host API error.
     """
-    from kernelgate.sandbox.authorship import LIBRARY_NAMESPACES
-
     blocks, summaries = error_blocks(log)
     mine: list[list[str]] = []
     other = 0
@@ -467,7 +471,7 @@ def attribute_report(log: str, kernels: KernelNames | None) -> AttributedReport:
         elif kernels is None or words & kernels.authored:
             owner = "candidate"
         elif words & kernels.library or any(
-            f"{ns}::" in frame for ns in LIBRARY_NAMESPACES for frame in frames
+            ns in frame for ns in _PYTORCH_NAMESPACES for frame in frames
         ):
             owner = "library"
             other_kernels += sorted(words & kernels.library)[:2]
