@@ -27,6 +27,7 @@ from kernelgate.gates.base import GateResult, Status
 from kernelgate.progress import work_progress
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
 from kernelgate.sandbox.confine import summary_line
+from kernelgate.sandbox.sanitizer_outcomes import DEFAULT_BUDGET_S as DEFAULT_SANITIZE_SECONDS
 from kernelgate.shrink import ShrinkOptions
 from kernelgate.verdict import Outcome, Verdict
 
@@ -170,8 +171,9 @@ def verify_command(
         bool,
         typer.Option(
             "--sanitize",
-            help="also run the candidate under compute-sanitizer memcheck, racecheck and "
-            "initcheck (device mode; RES-01)",
+            help="also run the candidate under compute-sanitizer memcheck, racecheck, "
+            "initcheck and synccheck (device mode; RES-01; device audits do so by default "
+            "for candidates with kernels of their own)",
         ),
     ] = False,
     no_access_trace: Annotated[
@@ -779,6 +781,24 @@ def audit_command(
             "whose memory grows as it is used); the memory guard's measure (default: MemTotal)",
         ),
     ] = None,
+    no_sanitize: Annotated[
+        bool,
+        typer.Option(
+            "--no-sanitize",
+            help="device audits: do not run compute-sanitizer (memcheck, racecheck, initcheck, "
+            "synccheck), which by default runs on every record whose candidate launched a "
+            "kernel of its own",
+        ),
+    ] = False,
+    sanitize_seconds: Annotated[
+        float,
+        typer.Option(
+            "--sanitize-seconds",
+            min=1,
+            help="device audits: seconds all four sanitizer tools may take on one record "
+            "together; a tool that runs past its share is recorded as out of budget",
+        ),
+    ] = DEFAULT_SANITIZE_SECONDS,
 ) -> None:
     """Re-judge a corpus of accepted kernels: the old check beside the contract (exit 0 when
     the audit completes, whatever the verdicts; 130 or 143 when SIGINT or SIGTERM stops it,
@@ -805,6 +825,8 @@ def audit_command(
         only=only,
         min_authored_share=min_authored_share,
         authorship_rule=not no_authorship_rule,
+        sanitize=not no_sanitize,
+        sanitize_seconds=sanitize_seconds,
         console=console,
         errors=errors,
     )

@@ -35,12 +35,15 @@ from kernelgate.formats.problem import (
 )
 from kernelgate.gates import GATE_IDS, GATES
 from kernelgate.gates.base import Case, Gate, GateContext, GateResult, run_gate
+from kernelgate.gates.res01_execution import ExecutionSafetyGate, sanitize_after_gates
+from kernelgate.gates.res02_resources import ResourcesGate, launched_extension_kernels
 from kernelgate.journal import GateJournal
 from kernelgate.oracle.fp64 import Oracle
 from kernelgate.perf.measure import PerfOptions, PerfReport, PerfRun
 from kernelgate.sandbox import confine
 from kernelgate.sandbox.authorship import authorship_evidence, authorship_rule, parse_min_share
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
+from kernelgate.sandbox.sanitizer import SanitizePolicy
 from kernelgate.sandbox.session import WorkerSession, settle_retired_workers
 from kernelgate.sandbox.wire import UnsupportedDtype
 from kernelgate.shrink import ShrinkOptions, run_shrunk_case, shrink_failures
@@ -102,7 +105,7 @@ def verify(
     seed: int = 0,
     only: Sequence[str] | None = None,
     on_gate: Callable[[str, GateResult | None], None] | None = None,
-    sanitize: bool = False,
+    sanitize: bool | SanitizePolicy = False,
     journal: GateJournal | None = None,
     trace: Callable[[str], None] | None = None,
     scratch: Path | None = None,
@@ -122,11 +125,14 @@ def verify(
     Raises ``KernelgateError`` for usage or harness errors (bad files, missing ``Model`` or
     ``ModelNew``, a candidate that does not load); every behaviour of a loaded candidate,
     crashes and hangs included, becomes a gate result instead. ``sanitize`` (device mode)
-    makes RES-01 also run the candidate under compute-sanitizer memcheck, racecheck and
-    initcheck. ``journal`` keeps each finished gate on disk and takes the gates it already
-    holds from it instead of running them again (a judge killed mid-record resumes there);
-    its key must name everything the gates depend on besides the two programs (device,
-    seed, timeout, ``only``, ``sanitize``, the kernelgate code), as the audit's does.
+    makes RES-01 also run the candidate under compute-sanitizer memcheck, racecheck,
+    initcheck and synccheck, after the gates (``sanitize_after_gates``); True is
+    ``SanitizePolicy()`` (every candidate, no overall budget), audits pass
+    ``SanitizePolicy("authored", seconds)``. ``journal`` keeps each finished gate on disk
+    and takes the gates it already holds from it instead of running them again (a judge
+    killed mid-record resumes there); its key must name everything the gates depend on
+    besides the two programs (device, seed, timeout, ``only``, the kernelgate code), as the
+    audit's does (the sanitizer's runs come after the gates and are not journaled).
     ``trace`` gets a line as each oracle evaluation and candidate call starts and ends
     (``GateContext.step``): where a slow judge spends its time. ``scratch``: the workers'
     writable folder, for a caller that ran the same candidate before in it (the audit's old
@@ -225,8 +231,9 @@ def verify(
         replay += ["--forbid", name]
     for rule_id in hard_static:
         replay += ["--hard-static", rule_id]
-    if sanitize:
-        replay.append("--sanitize")
+    policy = SanitizePolicy() if sanitize is True else (sanitize or None)
+    if policy is not None and policy.when == "always":
+        replay.append("--sanitize")  # "authored": a finding's own replay carries it
     if strict:
         replay.append("--strict")
     perf_report: Any = None
@@ -243,7 +250,7 @@ def verify(
                 session=session,
                 seed=seed,
                 replay=replay,
-                sanitize=sanitize,
+                sanitize=policy is not None,
                 trace=trace,
             )
             ctx.focus = dict(focus or {})
@@ -281,6 +288,15 @@ def verify(
                 if problem is not None:  # every declared shape: a failure rejects
                     rules.append(judge_declared_shapes(ctx, problem))
                 ctx.profile_authorship()  # AUTH-01's measure, after every judged call
+                # what needs to know which kernels the candidate launched: RES-02 judges its
+                # extension's launched kernels, RES-01's sanitizer runs on its own kernels
+                profiled = authorship_evidence(ctx.authorship_record, ctx.authorship_why)
+                ids = [r.id for r in results]
+                at = ids.index(ResourcesGate.id)
+                results[at] = launched_extension_kernels(results[at], profiled)
+                if policy is not None:
+                    at = ids.index(ExecutionSafetyGate.id)
+                    results[at] = sanitize_after_gates(results[at], ctx, policy, profiled)
                 if perf is not None:
                     perf_report = performance(ctx, reference, perf, contract, results, rules)
                 if shrink is not None:  # after every judged and timed call: nothing changes

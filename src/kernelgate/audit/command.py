@@ -15,6 +15,7 @@ from kernelgate.audit.report import integrity_text, partial_audit_text
 from kernelgate.audit.runner import AuditPlan, gate_selection, run_audit
 from kernelgate.progress import work_progress
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
+from kernelgate.sandbox.sanitizer_outcomes import DEFAULT_BUDGET_S
 
 
 def resume_command(
@@ -34,6 +35,8 @@ def resume_command(
     compile_timeout: float = DEFAULT_COMPILE_TIMEOUT,
     min_authored_share: float | None = None,
     authorship_rule: bool = True,
+    sanitize: bool = True,
+    sanitize_seconds: float = DEFAULT_BUDGET_S,
 ) -> str:
     """The command that continues this audit: its options, with ``--resume``.
 
@@ -57,12 +60,15 @@ def resume_command(
         ("--host-memory", host_memory, None),
         ("--only", ",".join(only) if only else None, None),
         ("--min-authored-share", min_authored_share, None),
+        ("--sanitize-seconds", sanitize_seconds, DEFAULT_BUDGET_S),
     ]
     for option, value, default in optional:
         if value != default:
             words += [option, f"{value:g}" if isinstance(value, float) else str(value)]
     if not authorship_rule:
         words.append("--no-authorship-rule")
+    if not sanitize:
+        words.append("--no-sanitize")
     return shlex.join([*words, "--resume"])
 
 
@@ -104,6 +110,8 @@ def audit_command_body(
     compile_timeout: float = DEFAULT_COMPILE_TIMEOUT,
     min_authored_share: float | None = None,
     authorship_rule: bool = True,
+    sanitize: bool = True,
+    sanitize_seconds: float = DEFAULT_BUDGET_S,
     console: Console,
     errors: Console,
 ) -> None:
@@ -152,6 +160,8 @@ def audit_command_body(
                 only=selected,
                 min_authored_share=min_authored_share,
                 authorship_rule=authorship_rule,
+                sanitize=sanitize,
+                sanitize_seconds=sanitize_seconds,
                 host_memory_gib=host_memory,
                 on_plan=on_plan,
                 on_row=on_row,
@@ -173,6 +183,8 @@ def audit_command_body(
             compile_timeout=compile_timeout,
             min_authored_share=min_authored_share,
             authorship_rule=authorship_rule,
+            sanitize=sanitize,
+            sanitize_seconds=sanitize_seconds,
         )
         errors.print(interrupted_line(stop, out, resume_with), highlight=False, soft_wrap=True)
         raise  # cli.main exits with stop.exit_code, at once (see there)

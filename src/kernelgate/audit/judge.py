@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelgate.audit import admission, oldcheck, zygote
+from kernelgate.audit.device_checks import authored_kernel_count, res02_row, sanitizer_row
 from kernelgate.audit.interrupt import Interruption
 from kernelgate.audit.memory_guard import HostMemoryGuard
 from kernelgate.audit.processes import (
@@ -50,6 +51,7 @@ from kernelgate.evidence_io import sha256_file, write_atomic
 from kernelgate.formats.corpus import CorpusRecord
 from kernelgate.journal import DEVICE_MEMORY_SIGNS, GateJournal, journal_key
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
+from kernelgate.sandbox.sanitizer_outcomes import DEFAULT_BUDGET_S
 
 if TYPE_CHECKING:  # for annotations: the judge child imports the sandbox with the pipeline
     from kernelgate.sandbox.session import WorkerSession
@@ -83,6 +85,11 @@ class AuditOptions:
     # its format's default), or off altogether
     min_authored_share: float | None = None
     authorship_rule: bool = True
+    # RES-01's compute-sanitizer runs (sandbox/sanitizer.py): in a device audit, on by
+    # default for each record whose candidate launched a kernel of its own, within this many
+    # seconds for all tools together; ``--no-sanitize`` turns them off
+    sanitize: bool = True
+    sanitize_seconds: float = DEFAULT_BUDGET_S
 
     def __post_init__(self) -> None:
         if self.only is not None:  # from request.json, a list: kept as a tuple (hashable)
@@ -103,11 +110,24 @@ class AuditOptions:
             return self.min_authored_share
         return default_min_share(corpus_format)
 
+    def sanitize_policy(self) -> Any:
+        """The ``SanitizePolicy`` of every record's verification (None: no sanitizer runs;
+        always None in CPU mode, where there is no compute-sanitizer to run)."""
+        from kernelgate.sandbox.sanitizer import SanitizePolicy
+
+        if not self.sanitize or self.device == "cpu":
+            return None
+        return SanitizePolicy("authored", self.sanitize_seconds)
+
     @property
     def record_limit(self) -> float:
         """Wall-clock ceiling of one record's judge: a backstop, far above honest runs."""
+        sanitizer = 0.0
+        if self.sanitize and self.device != "cpu":  # the budget, the exits' grace, the probe
+            sanitizer = 2 * self.sanitize_seconds + 300.0
         return (
-            RECORD_LIMIT_BASE
+            sanitizer
+            + RECORD_LIMIT_BASE
             + RECORD_LIMIT_PER_TIMEOUT * self.timeout
             + RECORD_LIMIT_PER_COMPILE_TIMEOUT * self.compile_timeout
         )
@@ -617,6 +637,7 @@ def judge_record(
                 session=early,
                 problem=problem,
                 min_authored_share=min_share,
+                sanitize=options.sanitize_policy() or False,
             )
         except CandidateLoadError as exc:
             row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
@@ -668,12 +689,17 @@ def judge_record(
                 verdict.gate("RES-01").evidence.get("incidents", [])
             ),
             "resumed_gates": journal.resumed,
+            # the device checks of the candidate's own kernels (audit/device_checks.py)
+            "authored_kernels": authored_kernel_count(verdict.authorship),
+            "sanitizer": sanitizer_row(verdict.gate("RES-01").evidence),
             "compile_seconds": verdict.compile_seconds,
             # faults excused outside the reference's layouts (domain.py), one line per gate
             "unguarded_precondition": [
                 f"{entry['gate']}: {entry['summary']}" for entry in verdict.unguarded_precondition
             ],
         }
+    if row.get("gates"):
+        row["res02"] = res02_row(row["gates"])
     # the row is what resumes from now on: a retried or re-judged record starts afresh
     journal.discard()
     (work / OLD_CHECK_NAME).unlink(missing_ok=True)

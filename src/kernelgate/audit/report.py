@@ -42,6 +42,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from kernelgate.audit.device_checks import (
+    SANITIZER_HEADER,
+    res02_coverage,
+    res02_table,
+    sanitizer_summary,
+    sanitizer_table,
+)
 from kernelgate.audit.integrity import check_evidence, refuse_changed
 from kernelgate.audit.oldcheck import ACCEPTED, REJECTED
 from kernelgate.evidence_io import write_atomic
@@ -310,6 +317,9 @@ def summarize(
         "coverage": coverage,
         "static": static,
         "authorship": authorship,
+        # the device checks of the candidate's own kernels (audit/device_checks.py)
+        "sanitizers": sanitizer_summary(rows, settings),
+        "res02_coverage": res02_coverage(rows),
         # which kernelgate source (audit.judge.code_digest) judged how many rows; rows of
         # stores written before the digest was recorded count as "unrecorded"
         "judged_with": dict(Counter(str(r.get("judged_with", "unrecorded")) for r in rows)),
@@ -731,6 +741,12 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
             ["records", "count"],
             authorship_rows(summary),
         ),
+        (
+            "compute-sanitizer (RES-01) on records with authored kernels",
+            SANITIZER_HEADER,
+            sanitizer_table(summary),
+        ),
+        ("RES-02 coverage (records with authored kernels)", ["", "records"], res02_table(summary)),
         (
             "Judged with (kernelgate source digest)",
             ["digest", "rows"],

@@ -38,6 +38,7 @@ from kernelgate.errors import KernelgateError
 from kernelgate.formats.corpus import CorpusRecord, detect_format, read_corpus
 from kernelgate.gates import GATE_IDS
 from kernelgate.sandbox.compile_budget import DEFAULT_COMPILE_TIMEOUT
+from kernelgate.sandbox.sanitizer_outcomes import DEFAULT_BUDGET_S, TOOLS
 
 
 @dataclass
@@ -170,6 +171,8 @@ def run_audit(
     host_memory_gib: float | None = None,
     min_authored_share: float | None = None,
     authorship_rule: bool = True,
+    sanitize: bool = True,
+    sanitize_seconds: float = DEFAULT_BUDGET_S,
     on_plan: Callable[[AuditPlan], None] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> AuditOutcome:
@@ -185,6 +188,10 @@ def run_audit(
     ``min_authored_share``: AUTH-01's minimum for every record (None: each format's default,
     sandbox/authorship.py: 0.5 for kernel-writing formats, off for plain pairs);
     ``authorship_rule`` False turns AUTH-01 off.
+
+    ``sanitize`` (device audits): RES-01 runs compute-sanitizer memcheck, racecheck,
+    initcheck and synccheck on each record whose candidate launched a kernel of its own,
+    within ``sanitize_seconds`` for all four (sandbox/sanitizer.py); False: none run.
 
     SIGINT and SIGTERM (in the main thread) stop the audit within seconds and raise
     ``AuditInterrupted``: every stored row stays, the records being judged have none.
@@ -230,6 +237,14 @@ def run_audit(
         }
         if min_authored_share is not None or not authorship_rule:  # absent: the default
             settings["authorship_rule"] = min_authored_share if authorship_rule else "off"
+        if sanitize and not sanitize_seconds > 0:
+            raise KernelgateError(f"--sanitize-seconds must be positive, not {sanitize_seconds}")
+        if device != "cpu":  # a resume must sanitize as the rows it continues did
+            settings["sanitize"] = (
+                {"when": "authored", "seconds": sanitize_seconds, "tools": list(TOOLS)}
+                if sanitize
+                else "off"
+            )
 
         def executor_of(size: int | None) -> Executor:
             made = make_executor(
@@ -266,6 +281,7 @@ def run_audit(
                 seed=seed,
                 only=selected,
                 authorship=(min_authored_share, authorship_rule),
+                sanitize=(sanitize, sanitize_seconds),
                 retry_errors=retry_errors,
                 rejudge=rejudge,
                 rejudge_records=rejudge_records,
@@ -314,6 +330,7 @@ def _judge_and_report(
     seed: int,
     only: tuple[str, ...] | None,
     authorship: tuple[float | None, bool] = (None, True),
+    sanitize: tuple[bool, float] = (True, DEFAULT_BUDGET_S),
     retry_errors: bool,
     rejudge: tuple[str, ...],
     rejudge_records: tuple[str, ...],
@@ -358,6 +375,8 @@ def _judge_and_report(
         only=only,
         min_authored_share=authorship[0],
         authorship_rule=authorship[1],
+        sanitize=sanitize[0],
+        sanitize_seconds=sanitize[1],
     )
     interruption.check()
     if todo:

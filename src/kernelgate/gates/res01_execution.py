@@ -1,8 +1,11 @@
 """RES-01: no exception, crash, hang or device fault in any gate run.
 
-With ``--sanitize`` (device mode) the candidate is also run under compute-sanitizer
-memcheck, racecheck and initcheck (``sandbox/sanitizer.py``) on one case at the
-reference shape; any error the sanitizer reports fails the gate, with its report.
+With ``--sanitize``, and by default in device audits for a candidate that launched a kernel
+of its own, the candidate is also run under compute-sanitizer memcheck, racecheck,
+initcheck and synccheck (``sandbox/sanitizer.py``) on one case at the reference shape. That
+happens after the gates and AUTH-01's profile (``sanitize_after_gates``, called by
+``verify``), since which kernels are the candidate's is known only then: an error the
+sanitizer reports in one of them fails the gate, with the report trimmed to them.
 
 In CPU mode the Triton interpreter's access trace (``sandbox/access_trace.py``) watches
 every load, store and atomic of every gate's calls; an access outside every live
@@ -14,6 +17,8 @@ the source line of each finding.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import time
 from typing import Any, ClassVar
 
 from kernelgate.gates.base import (
@@ -26,7 +31,12 @@ from kernelgate.gates.base import (
     Status,
 )
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
-from kernelgate.sandbox.sanitizer import SanitizerRun, sanitize_candidate
+from kernelgate.sandbox.sanitizer import (
+    KernelNames,
+    SanitizePolicy,
+    SanitizerRun,
+    sanitize_candidate,
+)
 
 SANITIZER_CASE = "reference shape, normal values"
 
@@ -45,11 +55,7 @@ class ExecutionSafetyGate(Gate):
             if ctx.session.device == "cpu"
             else "compute-sanitizer not run: not requested"
         )
-        runs: list[SanitizerRun] = []
-        if ctx.sanitize:
-            runs, sanitizer = self._sanitize(ctx)
-            if ctx.session.device == "cpu":  # keep what the trace covered beside it
-                sanitizer = f"{sanitizer}; {ctx.access.summary()}"
+        runs: list[SanitizerRun] = []  # sanitize_after_gates adds them
         evidence = {
             "candidate_calls": ctx.session.calls,
             "worker_starts": ctx.session.starts,
@@ -132,29 +138,95 @@ class ExecutionSafetyGate(Gate):
             evidence=evidence,
         )
 
-    @staticmethod
-    def _sanitize(ctx: GateContext) -> tuple[list[SanitizerRun], str]:
-        """Run the sanitizer tools; the summary line says what ran and what it found."""
-        if ctx.halted:
-            return [], f"compute-sanitizer not run: {ctx.halted}"
-        case = ctx.drawn_case(SANITIZER_CASE, ctx.case_seed(ExecutionSafetyGate.id, 0))
-        inputs: list[Any] = [
-            PlacedTensor.place(v, poison=POISONS[0]).as_wire() if hasattr(v, "shape") else v
-            for v in case.values
-        ]
-        runs, why = sanitize_candidate(
-            ctx.session.candidate,
-            ctx.session.init_inputs,
-            ctx.session.device,
-            [inputs],
-            poison=POISONS[0],
-            guard_bytes=GUARD_BYTES,
-            timeout=ctx.session.timeout,
+
+def sanitize_after_gates(
+    result: GateResult,
+    ctx: GateContext,
+    policy: SanitizePolicy,
+    authorship: dict[str, Any],
+) -> GateResult:
+    """RES-01's result with the sanitizer's runs added, and failed by their findings.
+
+    Runs after the gates and AUTH-01's profile (``authorship``: the verdict's evidence),
+    whose kernels say which are the candidate's: under ``policy.when == "authored"`` a
+    candidate with none of its own is not sanitized (the evidence says why), and every
+    report is attributed and trimmed by them (``attribute_report``). The sanitized workers
+    are fresh processes sharing the main session's scratch (its builds): the main instance
+    is not called again. A pure function of its inputs and the runs, so a resumed
+    verification (the gate journal holds RES-01 without them) gets the same result.
+    """
+    evidence = dict(result.evidence)
+    kernels = KernelNames.from_authorship(authorship)
+    evidence["sanitizer_policy"] = {"when": policy.when, "seconds": policy.seconds}
+    evidence["sanitizer_eligible"] = bool(kernels.authored) or policy.when == "always"
+    why = None
+    if ctx.session.device == "cpu":
+        why = "CPU mode (it needs a CUDA device)"
+    elif not evidence["sanitizer_eligible"]:
+        why = (
+            "no kernel of the candidate's own launched (AUTH-01's profile)"
+            if authorship.get("authored_share") is not None
+            else f"which kernels are the candidate's is unknown: {authorship.get('why')}"
         )
-        if why:
-            return runs, why
-        parts = []
-        for r in runs:
-            state = "inconclusive (no summary)" if r.errors is None else f"{r.errors} error(s)"
-            parts.append(f"{r.tool} {state}")
-        return runs, "compute-sanitizer: " + ", ".join(parts)
+    elif ctx.halted:
+        why = ctx.halted
+    if why is not None:
+        evidence["sanitizer"] = f"compute-sanitizer not run: {why}"
+        if ctx.session.device == "cpu":  # keep what the trace covered beside it
+            evidence["sanitizer"] += f"; {ctx.access.summary()}"
+        return dataclasses.replace(result, evidence=evidence)
+    case = ctx.drawn_case(SANITIZER_CASE, ctx.case_seed(ExecutionSafetyGate.id, 0))
+    inputs: list[Any] = [
+        PlacedTensor.place(v, poison=POISONS[0]).as_wire() if hasattr(v, "shape") else v
+        for v in case.values
+    ]
+    started = time.monotonic()
+    runs, not_run = sanitize_candidate(
+        ctx.session.candidate,
+        ctx.session.init_inputs,
+        ctx.session.device,
+        [inputs],
+        poison=POISONS[0],
+        guard_bytes=GUARD_BYTES,
+        timeout=ctx.session.timeout,
+        tools=policy.tools,
+        budget_s=policy.seconds,
+        kernels=kernels if kernels.authored else None,
+        like=ctx.session,
+    )
+    evidence["sanitizer_seconds"] = round(time.monotonic() - started, 2)
+    evidence["sanitizer_runs"] = [r.to_dict() for r in runs]
+    evidence["sanitizer"] = not_run or "compute-sanitizer: " + ", ".join(
+        f"{r.tool} {r.status}"
+        + (f" ({r.candidate_errors} in the candidate's kernels)" if r.found else "")
+        + (f" ({r.other_errors} outside the candidate's kernels)" if r.other_errors else "")
+        for r in runs
+    )
+    found = [r for r in runs if r.found]
+    if result.status is Status.PASS and found:
+        replay = ctx.replay(ExecutionSafetyGate.id)
+        if "--sanitize" not in replay.split():
+            replay += " --sanitize"
+        return dataclasses.replace(
+            result,
+            status=Status.FAIL,
+            reason="compute-sanitizer found errors in the candidate's kernels: "
+            + ", ".join(f"{r.tool} {r.candidate_errors}" for r in found),
+            counterexample=Counterexample(
+                case=f"compute-sanitizer: {SANITIZER_CASE}",
+                seed=ctx.case_seed(ExecutionSafetyGate.id, 0),
+                inputs=[],
+                findings=[
+                    {"tool": r.tool, "errors": r.candidate_errors, "report": r.report[:3000]}
+                    for r in found
+                ],
+                replay=replay,
+            ),
+            evidence=evidence,
+        )
+    reason = result.reason
+    if result.status is Status.PASS:
+        reason = f"no incident in {ctx.session.calls} candidate calls; {evidence['sanitizer']}"
+    elif runs:
+        reason = f"{reason}; {evidence['sanitizer']}"
+    return dataclasses.replace(result, reason=reason, evidence=evidence)

@@ -62,6 +62,9 @@ class LaunchRecorder:
         self.notes: list[str] = []
         self.ptxas_cache: dict[str, tuple[dict[str, Any] | None, str]] = {}
         self.realpaths: dict[str, str] = {}  # see ``extensions``
+        # the worker's folder when it installs the recorder (its scratch, where it builds)
+        self.scratch = _scratch_folder()
+        self.places: tuple[list[str], list[str]] | None = None  # see ``_extension_places``
 
     def _add(self, record: dict[str, Any]) -> None:
         key = json.dumps(record, sort_keys=True, default=str)
@@ -146,11 +149,16 @@ class LaunchRecorder:
         )
 
     def extensions(self) -> list[dict[str, Any]]:
-        """Shared objects of CUDA C++ extensions the candidate built and loaded."""
-        # Only the torch extensions build root counts (where load_inline builds): Triton's own
-        # launcher modules and library .so files are not the candidate's kernels.
-        root = _torch_extensions_root()
-        if not root:
+        """Shared objects of CUDA C++ extensions the candidate built and loaded.
+
+        Where the candidate builds: the torch extensions root (``load_inline``'s default),
+        or anywhere else in the worker's scratch folder (``build_directory="ext"``, relative
+        to the worker's folder, as some CUDA-L1 candidates do), whichever module of the
+        candidate's built it. Not the caches there (Triton's launcher modules, inductor's,
+        the CUDA JIT cache): those are no candidate's kernels, nor is any library outside.
+        """
+        roots, caches = self._extension_places()
+        if not roots:
             return []
         files: set[str] = set()
         for name, module in list(sys.modules.items()):
@@ -166,8 +174,26 @@ class LaunchRecorder:
         # hundred library segments (resolving each on every call cost ~45 ms a call).
         paths = {self._resolved(file) for file in files}
         return [
-            {"backend": "cuda-extension", "path": p} for p in sorted(paths) if p.startswith(root)
+            {"backend": "cuda-extension", "path": p}
+            for p in sorted(paths)
+            if any(_inside(p, r) for r in roots) and not any(_inside(p, c) for c in caches)
         ]
+
+    def _extension_places(self) -> tuple[list[str], list[str]]:
+        """(where the candidate's extensions are built, the caches inside those places),
+        fixed at the first call: the worker's folder is its scratch until the candidate
+        moves it, which must not move where the judge looks."""
+        if self.places is None:
+            roots = [r for r in (_torch_extensions_root(), self.scratch) if r]
+            caches = [
+                os.path.realpath(os.environ[k])
+                for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH")
+                if os.environ.get(k)
+            ]
+            home = os.environ.get("TRITON_HOME")
+            caches += [os.path.join(os.path.realpath(home), ".triton")] if home else []
+            self.places = (roots, caches)
+        return self.places
 
     def _resolved(self, file: str) -> str:
         if file not in self.realpaths:
@@ -196,6 +222,21 @@ def _asm_text(kernel: Any, key: str) -> str:
     if isinstance(value, bytes):
         value = value.decode(errors="replace")
     return value if isinstance(value, str) else ""
+
+
+def _scratch_folder() -> str:
+    """The worker's scratch folder (its working directory; ``confine.scratch_env`` points
+    ``TMPDIR`` at it), or "" in a process that has none of its own."""
+    tmpdir = os.environ.get("TMPDIR")
+    with contextlib.suppress(OSError):
+        here = os.path.realpath(os.getcwd())
+        if tmpdir and os.path.realpath(tmpdir) == here:
+            return here
+    return ""
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _torch_extensions_root() -> str:
@@ -319,10 +360,110 @@ def parse_resource_usage(text: str) -> list[dict[str, Any]]:
     return kernels
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CLOSING = "INXFL"  # in template arguments, what a matching "E" closes
+_STANDARD_SUBSTITUTIONS = "tabsiod"  # St, Sa, Sb, Ss, Si, So, Sd
+
+
+class _Unreadable(ValueError):
+    """A mangled name this reader does not handle."""
+
+
+def mangled_base_name(symbol: str) -> str | None:
+    """The unqualified name of a kernel's symbol as ``cuobjdump`` prints it, or None.
+
+    ``cuobjdump --dump-resource-usage`` names a CUDA C++ kernel by its Itanium-mangled
+    symbol (``_Z10add_kernelPKfPfi``, ``_ZN2ns10add_kernelIfEEvPT_``); the profiler names the
+    same launch demangled (``void ns::add_kernel<float>(float*)``). Both are reduced to the
+    base name (``add_kernel``) to be matched. An ``extern "C"`` kernel's symbol is its name.
+    Reads only the name part of the encoding: free functions, namespaces (anonymous ones
+    included), internal linkage, template arguments (skipped); None for anything else
+    (the caller then keeps the symbol and judges the kernel whether it launched or not).
+    """
+    if not symbol.startswith("_Z"):
+        return symbol if _IDENTIFIER.fullmatch(symbol) else None
+    try:
+        return _base_name(symbol, 2)
+    except (_Unreadable, IndexError, ValueError):
+        return None
+
+
+def _source_name(symbol: str, at: int) -> tuple[str, int]:
+    digits = re.match(r"\d+", symbol[at:])
+    if digits is None:
+        raise _Unreadable(symbol)
+    start = at + len(digits.group())
+    end = start + int(digits.group())
+    if end > len(symbol):
+        raise _Unreadable(symbol)
+    return symbol[start:end], end
+
+
+def _base_name(symbol: str, at: int) -> str | None:
+    if symbol[at] == "L":  # internal linkage (a static kernel)
+        at += 1
+    if symbol[at].isdigit():
+        return _source_name(symbol, at)[0]
+    if symbol[at] != "N":
+        return None
+    at += 1
+    while symbol[at] in "rVKRO":  # qualifiers of a member function
+        at += 1
+    last = None
+    while symbol[at] != "E":
+        char = symbol[at]
+        if char.isdigit():
+            last, at = _source_name(symbol, at)
+        elif char == "I":
+            at = _skip_template_arguments(symbol, at)
+        elif char == "S":
+            at = _skip_substitution(symbol, at)
+        else:
+            raise _Unreadable(symbol)
+    return last
+
+
+def _skip_substitution(symbol: str, at: int) -> int:
+    if symbol[at + 1] in _STANDARD_SUBSTITUTIONS:
+        return at + 2
+    end = symbol.index("_", at)  # S_, S0_, SA_
+    return end + 1
+
+
+def _skip_template_arguments(symbol: str, at: int) -> int:
+    """The index after the ``I ... E`` that starts at ``at``: source names skipped by their
+    length, literals (``Li256E``) and parameters (``T_``) by their own grammar."""
+    depth = 0
+    while True:
+        char = symbol[at]
+        if char.isdigit():
+            at = _source_name(symbol, at)[1]
+        elif char == "L" and symbol[at + 1] != "_":  # a literal: L <type> [n] <digits> E
+            literal = re.match(r"L(?:D.|[a-z])n?[0-9a-f]*E", symbol[at:])
+            if literal is None:
+                raise _Unreadable(symbol)
+            at += len(literal.group())
+        elif char in "ST":
+            at = _skip_substitution(symbol, at) if char == "S" else symbol.index("_", at) + 1
+        elif char == "D":  # Dh, Dn, ...; Dv <n> _ <type>
+            at = symbol.index("_", at) + 1 if symbol[at + 1] == "v" else at + 2
+        elif char in _CLOSING:
+            depth += 1
+            at += 1
+        elif char == "E":
+            depth -= 1
+            at += 1
+            if depth == 0:
+                return at
+        else:  # a builtin type or a type modifier: one letter
+            at += 1
+
+
 def dump_resource_usage(path: str, timeout: float = 120.0) -> tuple[list[dict[str, Any]], str]:
     """Run ``cuobjdump --dump-resource-usage`` on a cubin or shared object.
 
-    Returns the kernels found and, when none could be read, why.
+    Returns the kernels found and, when none could be read, why; ``([], "")`` for a library
+    with no device code at all.
     """
     tool = find_cuobjdump()
     if tool is None:
@@ -338,6 +479,8 @@ def dump_resource_usage(path: str, timeout: float = 120.0) -> tuple[list[dict[st
     except (OSError, subprocess.SubprocessError) as exc:
         return [], f"cuobjdump failed: {exc}"
     kernels = parse_resource_usage(done.stdout)
+    if not kernels and "does not contain device code" in done.stdout + done.stderr:
+        return [], ""  # a host-only library (a C++ helper beside the kernels): nothing to judge
     if not kernels:
         return [], f"cuobjdump found no SASS in {path} ({done.stderr.strip()[:300] or 'PTX only?'})"
     return kernels, ""
@@ -695,7 +838,7 @@ def _compile_one(module: Any, record: dict[str, Any], tmp: Path) -> dict[str, An
     cubin.write_bytes(compiled.asm["cubin"])
     kernels, why = dump_resource_usage(str(cubin))
     if not kernels:
-        return {"name": record["name"], "error": why}
+        return {"name": record["name"], "error": why or "cuobjdump: no device code in the cubin"}
     usage = kernels[0]
     ptxas, why = ptxas_usage(
         compiled.asm.get("ptx", ""), compiled.metadata, TARGET_ARCH, triton_flags=False
