@@ -995,9 +995,11 @@ def test_a_judge_killed_mid_record_resumes_at_its_next_gate(tmp_path: Path) -> N
     # (tests/test_confine.py, tests/test_hostile.py): this test is about the resume. It
     # needs the gates up to the one the judge is killed in and the next one (whose trace
     # is looked at below), not the rest: a partial audit, whose journal resumes as well.
+    # Its workers start fresh: a worker forked from the worker fork server is the server's
+    # child, and the stand-in killer's getppid() would name the server, not the judge.
     result = kernelgate(
         *audit_command(corpus.parent, out, "--workers", "2", "--only", "CMP-01,CMP-02,CMP-03"),
-        env={"KERNELGATE_ISOLATION": "off"},
+        env={"KERNELGATE_ISOLATION": "off", "KERNELGATE_WORKER_FORK": "0"},
     )
     assert result.returncode == 0, result.stderr
     row = stored_rows(out)["killer"]
