@@ -211,12 +211,34 @@ def _exit_status(pid: int) -> int | None:
     return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
+def live_then_exit(life: Callable[[], int | None]) -> NoReturn:
+    """A forked child's whole life: ``life()``'s return (or SystemExit) code, 1 with the
+    traceback printed on any other exception, then streams flushed and ``os._exit``. A fork
+    must never return into its parent's stack, and threads a reference or candidate left
+    running must not hold it."""
+    code = 1
+    try:
+        code = life() or 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
 def _become_judge(order: dict[str, Any], fds: list[int], inherited: list[int]) -> NoReturn:
     """In the forked child: become the record's judge, as ``python -m kernelgate.audit.judge``
     would be, and never return."""
-    code = 1
-    log_fd = fds[0]
-    try:
+
+    def life() -> None:
+        log_fd = fds[0]
         zygote = os.getppid()
         os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the audit alone (judge_isolated)
         die_with_parent(zygote)  # the zygote dies with the audit: so does this judge
@@ -240,19 +262,8 @@ def _become_judge(order: dict[str, Any], fds: list[int], inherited: list[int]) -
             judge._main(request, result, via="zygote")
         finally:
             kill_descendants()  # nothing of the record outlives its judge
-        code = 0
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            code = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)  # leftover threads of a reference or candidate must not hold the judge
+
+    live_then_exit(life)
 
 
 def serve(sock: socket.socket, become: Become = _become_judge) -> None:

@@ -34,7 +34,6 @@ from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
 from kernelgate.sandbox.sanitizer import (
     KernelNames,
     SanitizePolicy,
-    SanitizerRun,
     sanitize_candidate,
 )
 
@@ -55,35 +54,16 @@ class ExecutionSafetyGate(Gate):
             if ctx.session.device == "cpu"
             else "compute-sanitizer not run: not requested"
         )
-        runs: list[SanitizerRun] = []  # sanitize_after_gates adds them
         evidence = {
             "candidate_calls": ctx.session.calls,
             "worker_starts": ctx.session.starts,
             "incidents": [i.to_dict() for i in ctx.incidents],
             "sanitizer": sanitizer,
-            "sanitizer_runs": [r.to_dict() for r in runs],
+            "sanitizer_runs": [],  # sanitize_after_gates fills them in
             "access_trace": ctx.access.to_dict(),
         }
         if ctx.access.findings:
             return self._trace_failure(ctx, evidence)
-        found = [r for r in runs if r.found]
-        if found and not ctx.incidents:
-            return self.result(
-                Status.FAIL,
-                "compute-sanitizer found errors: "
-                + ", ".join(f"{r.tool} {r.errors}" for r in found),
-                counterexample=Counterexample(
-                    case=f"compute-sanitizer: {SANITIZER_CASE}",
-                    seed=ctx.case_seed(self.id, 0),
-                    inputs=[],
-                    findings=[
-                        {"tool": r.tool, "errors": r.errors, "report": r.report[:3000]}
-                        for r in found
-                    ],
-                    replay=ctx.replay(self.id),
-                ),
-                evidence=evidence,
-            )
         if not ctx.incidents:
             return self.passed(
                 f"no incident in {ctx.session.calls} candidate calls; {sanitizer}", evidence
@@ -93,7 +73,7 @@ class ExecutionSafetyGate(Gate):
         return self.result(
             Status.FAIL,
             f"{len(ctx.incidents)} execution incident(s) ({', '.join(kinds)}); first in "
-            f"{first.gate}: {first.kind}: {first.detail}" + (f"; {sanitizer}" if runs else ""),
+            f"{first.gate}: {first.kind}: {first.detail}",
             counterexample=Counterexample(
                 case=f"{first.gate}: {first.case}",
                 seed=first.seed,

@@ -50,7 +50,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
@@ -156,8 +155,8 @@ def _fresh_random_state() -> None:
 def run_worker(fd_in: int, fd_out: int) -> NoReturn:
     """Become the worker, as ``python -P -m kernelgate.sandbox.worker FD_IN FD_OUT`` after
     its imports would be, and never return."""
-    code = 1
-    try:
+
+    def life() -> None:
         _close_on_exec()  # what execv would have done, first
         _capabilities_as_after_exec()
         zygote.apply_record_env(dict(os.environ))  # thread pools read from it at import
@@ -169,22 +168,11 @@ def run_worker(fd_in: int, fd_out: int) -> NoReturn:
         sys.modules["__main__"] = worker  # as under ``-m`` (multiprocessing's spawn reads it)
         try:
             worker.main()
-            code = 0
         finally:
             threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's exit:
             atexit._run_exitfuncs()  # non-daemon threads joined, then atexit
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            code = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+
+    zygote.live_then_exit(life)
 
 
 def become_worker(order: dict[str, Any], fds: list[int], inherited: list[int]) -> NoReturn:
@@ -194,8 +182,8 @@ def become_worker(order: dict[str, Any], fds: list[int], inherited: list[int]) -
     ``fds``: the session's log, the worker's two pipe ends, and (confined) the launcher's
     report pipe; ``order``: ``env``, ``cwd``, ``policy`` (the launcher's, JSON; None where
     confinement is off)."""
-    code = 1
-    try:
+
+    def life() -> int:
         server = os.getppid()
         os.setsid()  # Popen's start_new_session: the judge kills the worker by its group
         die_with_parent(server)
@@ -222,14 +210,9 @@ def become_worker(order: dict[str, Any], fds: list[int], inherited: list[int]) -
             run_worker(fd_in, fd_out)
         policy = confine.Policy.from_json(order["policy"])
         policy.report_fd = report[0]
-        code = confine.end_as(confine.launch(policy, [sys.executable], start))
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+        return confine.end_as(confine.launch(policy, [sys.executable], start))
+
+    zygote.live_then_exit(life)
 
 
 def main(fd: int, judge: int) -> None:
