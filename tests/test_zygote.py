@@ -115,6 +115,15 @@ def test_the_same_row_through_the_zygote_and_a_fresh_process(
     assert forked["verdict"] == "verified" and forked["old_check"] == "accepted"
     assert comparable(forked, forked_out) == comparable(plain, plain_out)
     evidence = [json.loads(Path(row["evidence"]).read_text()) for row in (forked, plain)]
+    # said key by key first: under a full suite's load this once differed in `environment`
+    # alone (2026-12-03, not reproduced alone or beside the hostile suite)
+    environments = [comparable(e["environment"], out, UNSTABLE) for e, out in
+                    zip(evidence, (forked_out, plain_out))]  # fmt: skip
+    assert environments[0] == environments[1], {
+        key: (environments[0].get(key), environments[1].get(key))
+        for key in set(environments[0]) | set(environments[1])
+        if environments[0].get(key) != environments[1].get(key)
+    }
     assert comparable(evidence[0], forked_out, UNSTABLE) == comparable(
         evidence[1], plain_out, UNSTABLE
     )
