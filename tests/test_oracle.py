@@ -262,19 +262,24 @@ def get_init_inputs():
 '''
 
 
-def test_the_dependence_probe_excuses_only_positions_no_special_reaches(tmp_path) -> None:
-    """EXC-01's probe: the oracle again with the specials made finite three ways; a position
-    whose result is the same all three ways does not depend on them (0 x NaN above a causal
-    diagonal), one that changes does, and a case without specials has no probe."""
+def _oracle_context(tmp_path, source: str):
+    """A judge's context for the reference ``source`` with no candidate (oracle probes only)."""
     from kernelgate.contract.derive import contract_for
     from kernelgate.gates.base import GateContext
 
     path = tmp_path / "reference.py"
-    path.write_text(MASKED_ROW_SUM)
+    path.write_text(source)
     program = load_reference(path)
-    ctx = GateContext(
+    return GateContext(
         contract=contract_for(program), oracle=Oracle(program), session=None, seed=0, replay=[]
     )
+
+
+def test_the_dependence_probe_excuses_only_positions_no_special_reaches(tmp_path) -> None:
+    """EXC-01's probe: the oracle again with the specials made finite three ways; a position
+    whose result is the same all three ways does not depend on them (0 x NaN above a causal
+    diagonal), one that changes does, and a case without specials has no probe."""
+    ctx = _oracle_context(tmp_path, MASKED_ROW_SUM)
     case = ctx.drawn_case("normal", 1)
     assert ctx.dependence_probe(case) is None
     x = case.values[0].clone()
@@ -296,15 +301,7 @@ def test_the_refined_dependence_probe_keeps_only_the_specials_a_position_depends
     NaN past the diagonal): the dense oracle makes the whole row NaN, the coarse probe can
     excuse only the position that sees neither, and the refined probe gives each position
     the value with only the specials it depends on: +inf before the NaN, NaN from it on."""
-    from kernelgate.contract.derive import contract_for
-    from kernelgate.gates.base import GateContext
-
-    path = tmp_path / "reference.py"
-    path.write_text(MASKED_ROW_SUM)
-    program = load_reference(path)
-    ctx = GateContext(
-        contract=contract_for(program), oracle=Oracle(program), session=None, seed=0, replay=[]
-    )
+    ctx = _oracle_context(tmp_path, MASKED_ROW_SUM)
     case = ctx.drawn_case("normal", 1)
     x = case.values[0].clone()
     x[0, 1], x[0, 5] = float("inf"), float("nan")
@@ -352,15 +349,7 @@ def test_the_completion_probe_excuses_a_class_made_through_masked_finite_entries
     never computes. The position depends on query 1 and keys 0-1 only; with the masked keys
     made negative the oracle's row is no longer NaN, so its class is not forced by the case.
     A position whose NaN comes from what it depends on stays NaN in both completions."""
-    from kernelgate.contract.derive import contract_for
-    from kernelgate.gates.base import GateContext
-
-    path = tmp_path / "reference.py"
-    path.write_text(ADDITIVE_MASK_ATTENTION)
-    program = load_reference(path)
-    ctx = GateContext(
-        contract=contract_for(program), oracle=Oracle(program), session=None, seed=0, replay=[]
-    )
+    ctx = _oracle_context(tmp_path, ADDITIVE_MASK_ATTENTION)
     case = ctx.drawn_case("normal", 3)
     q, k, v = (x.clone() for x in case.values)
     q[1, 0] = float("inf")
