@@ -310,3 +310,35 @@ def test_fp8_reference_honest_candidate_verified_one_that_drops_the_scale_reject
     rejected = kernelgate.verify(reference, dropped, only=["CMP-01"])
     assert rejected.verdict.value == "rejected"
     assert rejected.failed_gates == ["CMP-01"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_the_dependence_probes_judge_float8_inputs_the_oracle_sees_in_their_dtype(
+    dtype: torch.dtype,
+) -> None:
+    """EXC-01's probes edit the inputs (masked_fill, where, |x| + 1), which torch lacks for
+    float8; on an fp8 GEMM they crashed the judge. A causal running sum: a NaN at column 3
+    of row 0 reaches out[0, 3:] only, and the oracle is always handed the case's dtype."""
+    from kernelgate.oracle import dependence
+
+    seen: list[torch.dtype] = []
+
+    def expected(values: list[torch.Tensor]) -> list[torch.Tensor]:
+        seen.append(values[0].dtype)
+        return [values[0].double().cumsum(-1)]
+
+    x = torch.tensor([[1.0, -2.0, 0.5, 0.0, 448.0, 3.0], [4.0, 1.0, -1.0, 2.0, 0.25, 8.0]])
+    x = x.to(dtype)
+    x[0, 3] = float("nan")
+    assert dependence.has_specials(dependence.special_masks([x]))
+    oracle = expected([x])
+    probe = dependence.coarse_probe([x], expected, oracle)[0]
+    assert probe[0, :3].isfinite().all() and probe[0, 3:].isnan().all()
+    torch.testing.assert_close(probe[1], oracle[0][1], rtol=0, atol=0)
+    disputed = torch.zeros(2, 6, dtype=torch.bool)
+    disputed[0, :] = True
+    refined = dependence.refined_probe([x], expected, 0, disputed, probe)
+    assert refined is not None and refined[0, :3].isfinite().all() and refined[0, 3:].isnan().all()
+    completed = dependence.completion_probe([x], expected, 0, disputed, probe)
+    assert completed is not None and len(completed) == 2
+    assert set(seen) == {dtype}

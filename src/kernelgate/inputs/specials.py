@@ -44,6 +44,18 @@ def special_kinds(dtype: torch.dtype) -> tuple[str, ...]:
     )
 
 
+def nonfinite(values: torch.Tensor) -> torch.Tensor:
+    """Where a floating tensor holds NaN or Inf, for every floating dtype.
+
+    torch has no ``isfinite`` (nor ``isinf``) for the float8 dtypes; each of their values is
+    exact in float32, so they are read through it. A judge path that met an fp8 input with
+    ``torch.isfinite`` would crash on exactly the kernels these dtypes are for.
+    """
+    if values.dtype.itemsize == 1 and values.is_floating_point():
+        values = values.float()
+    return ~torch.isfinite(values)
+
+
 class Density(StrEnum):
     """How many specials a trial injects into each floating input."""
 

@@ -47,6 +47,8 @@ from typing import Any
 
 import torch
 
+from kernelgate.inputs.specials import nonfinite
+
 Expected = Callable[[list[Any]], list[Any]]
 
 # The refined probe's and the completion's budgets: units probed (two oracle runs each),
@@ -61,7 +63,7 @@ MAX_DEPENDENCE_SETS = 256
 def special_masks(values: Sequence[Any]) -> list[torch.Tensor | None]:
     """Per input, where it holds NaN or Inf (None for inputs that are not float tensors)."""
     return [
-        ~torch.isfinite(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else None
+        nonfinite(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else None
         for v in values
     ]
 
@@ -79,14 +81,50 @@ def _largest(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).max
 
 
+def _is_float8(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point() and value.itemsize == 1
+
+
+def _carried(
+    values: Sequence[Any], expected: Expected
+) -> tuple[list[Any], Expected, list[torch.dtype | None]]:
+    """The probes' inputs with float8 tensors carried in float32, the oracle behind a
+    wrapper that narrows them back, and every input's own dtype.
+
+    torch has no ``masked_fill``, ``where`` or arithmetic for the float8 dtypes, and float32
+    holds each of their values exactly, so the probes edit float32 copies; the oracle still
+    sees the candidate's dtypes. A finite value an edit pushes past the dtype's range (|x| +
+    1 at 448 for e4m3fn) is clamped to its largest finite value, since the conversion would
+    make it NaN, not an edit of the same sign."""
+    dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for v in values]
+    narrow = [_is_float8(v) for v in values]
+    if not any(narrow):
+        return list(values), expected, dtypes
+
+    def back(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        big = _largest(dtype)
+        return torch.where(value.isfinite(), value.clamp(-big, big), value).to(dtype)
+
+    def narrowed(inputs: list[Any]) -> list[Any]:
+        return expected(
+            [back(v, d) if n and d is not None else v for v, d, n in zip(inputs, dtypes, narrow)]
+        )
+
+    return [v.float() if n else v for v, n in zip(values, narrow)], narrowed, dtypes
+
+
 def coarse_probe(values: list[Any], expected: Expected, oracle: list[Any]) -> list[Any]:
     """The oracle's outputs with every position that depends on no special given its
     value with the specials made finite (the largest finite value's run)."""
+    values, expected, dtypes = _carried(values, expected)
     masks = special_masks(values)
 
     def substituted(pick: Callable[[torch.dtype], float]) -> list[Any]:
         return expected(
-            [v if m is None else v.masked_fill(m, pick(v.dtype)) for v, m in zip(values, masks)]
+            [
+                v if m is None or d is None else v.masked_fill(m, pick(d))
+                for v, m, d in zip(values, masks, dtypes)
+            ]
         )
 
     largest = substituted(_largest)
@@ -140,6 +178,7 @@ def refined_probe(
     """Output ``output_index`` with each ``disputed`` position given the oracle's value
     with only the specials it depends on kept (``fallback`` elsewhere), or None when the
     case has more units or dependence sets than the budget allows."""
+    values, expected, dtypes = _carried(values, expected)
     masks = special_masks(values)
     units = _units(masks, _elements(values))
     if not units:
@@ -166,7 +205,7 @@ def refined_probe(
     base = with_units({})
     depends = torch.zeros((len(positions), len(units)), dtype=torch.bool)
     for u, (i, _) in enumerate(units):
-        big = _largest(values[i].dtype)
+        big = _largest(dtypes[i] or values[i].dtype)
         for extreme in (big, -big):
             depends[:, u] |= ~equal_or_both_nan(with_units({u: extreme}), base).cpu()
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -204,6 +243,7 @@ def completion_probe(
     """Output ``output_index`` twice, each ``disputed`` position given the oracle's value on
     the case with every input row the position does not depend on replaced by a positive,
     then a negative, finite value (``fallback`` elsewhere); None over budget."""
+    values, expected, _ = _carried(values, expected)
     rows = _rows(values)
     if not rows:
         return None
