@@ -342,3 +342,24 @@ def test_the_dependence_probes_judge_float8_inputs_the_oracle_sees_in_their_dtyp
     completed = dependence.completion_probe([x], expected, 0, disputed, probe)
     assert completed is not None and len(completed) == 2
     assert set(seen) == {dtype}
+
+
+def test_a_dependence_probe_past_its_time_budget_excuses_nothing(monkeypatch) -> None:
+    """The refined probe and the completion run the oracle once or twice a unit; past
+    MAX_PROBE_SECONDS they give up (None: no position excused), as over the unit budget."""
+    from kernelgate.oracle import dependence
+
+    x = torch.randn(2, 6)
+    x[0, 3] = float("nan")
+    disputed = torch.zeros(2, 6, dtype=torch.bool)
+    disputed[0] = True
+
+    def expected(values: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [values[0].double().cumsum(-1)]
+
+    fallback = dependence.coarse_probe([x], expected, expected([x]))[0]
+    assert dependence.refined_probe([x], expected, 0, disputed, fallback) is not None
+    assert dependence.completion_probe([x], expected, 0, disputed, fallback) is not None
+    monkeypatch.setattr(dependence, "MAX_PROBE_SECONDS", -1.0)
+    assert dependence.refined_probe([x], expected, 0, disputed, fallback) is None
+    assert dependence.completion_probe([x], expected, 0, disputed, fallback) is None

@@ -42,6 +42,7 @@ a position, never condemn it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,6 +59,12 @@ Expected = Callable[[list[Any]], list[Any]]
 MAX_UNITS = 4096
 MAX_UNIT_ELEMENTS = 1 << 30
 MAX_DEPENDENCE_SETS = 256
+# Wall seconds one refined probe or completion may take. A run of the oracle costs a few
+# milliseconds on the CPU but more on a device (float64 kernels, a synchronisation a unit),
+# and a defect that fails a case everywhere disputes every unit: on the H200 one such
+# candidate (causal attention without its diagonal mask) ran past 200 s. Over the budget a
+# probe excuses nothing, as over the unit budget.
+MAX_PROBE_SECONDS = 30.0
 
 
 def special_masks(values: Sequence[Any]) -> list[torch.Tensor | None]:
@@ -177,7 +184,8 @@ def refined_probe(
 ) -> torch.Tensor | None:
     """Output ``output_index`` with each ``disputed`` position given the oracle's value
     with only the specials it depends on kept (``fallback`` elsewhere), or None when the
-    case has more units or dependence sets than the budget allows."""
+    case has more units or dependence sets than the budget allows, or when the runs take
+    longer than ``MAX_PROBE_SECONDS``."""
     values, expected, dtypes = _carried(values, expected)
     masks = special_masks(values)
     units = _units(masks, _elements(values))
@@ -202,9 +210,12 @@ def refined_probe(
         result = expected(filled)[output_index]
         return result.reshape(-1)[positions.to(result.device)]
 
+    deadline = time.monotonic() + MAX_PROBE_SECONDS
     base = with_units({})
     depends = torch.zeros((len(positions), len(units)), dtype=torch.bool)
     for u, (i, _) in enumerate(units):
+        if time.monotonic() > deadline:
+            return None
         big = _largest(dtypes[i] or values[i].dtype)
         for extreme in (big, -big):
             depends[:, u] |= ~equal_or_both_nan(with_units({u: extreme}), base).cpu()
@@ -215,6 +226,8 @@ def refined_probe(
         return None
     refined = fallback.clone().reshape(-1)
     for kept, members in groups.items():
+        if time.monotonic() > deadline:
+            return None
         at = torch.tensor(members)
         values_at = with_units(dict.fromkeys(kept))[at.to(fallback.device)]
         refined[positions[at].to(refined.device)] = values_at.to(refined.dtype)
@@ -242,7 +255,8 @@ def completion_probe(
 ) -> list[torch.Tensor] | None:
     """Output ``output_index`` twice, each ``disputed`` position given the oracle's value on
     the case with every input row the position does not depend on replaced by a positive,
-    then a negative, finite value (``fallback`` elsewhere); None over budget."""
+    then a negative, finite value (``fallback`` elsewhere); None over budget (units, sets or
+    ``MAX_PROBE_SECONDS``)."""
     values, expected, _ = _carried(values, expected)
     rows = _rows(values)
     if not rows:
@@ -262,9 +276,12 @@ def completion_probe(
         out[i] = flat.reshape(finite[i].shape)
         return out
 
+    deadline = time.monotonic() + MAX_PROBE_SECONDS
     base = at_positions(finite)
     depends = torch.zeros((len(positions), len(rows)), dtype=torch.bool)
     for u, (i, r) in enumerate(rows):
+        if time.monotonic() > deadline:
+            return None
         for sign in (1.0, -1.0):
             depends[:, u] |= ~equal_or_both_nan(at_positions(moved(i, r, sign)), base).cpu()
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -292,6 +309,8 @@ def completion_probe(
     for sign in (1.0, -1.0):
         alternative = fallback.clone().reshape(-1)
         for kept, members in groups.items():
+            if time.monotonic() > deadline:
+                return None
             at = torch.tensor(members)
             values_at = at_positions(completed(set(kept), sign))[at.to(fallback.device)]
             alternative[positions[at].to(alternative.device)] = values_at.to(alternative.dtype)
