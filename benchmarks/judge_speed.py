@@ -13,6 +13,9 @@ Per record, in one run and side by side:
   did not match its key, or the check ran out of device memory) is flagged on its row
   (``check_rerun_in_judge``), and its ``verdict_s`` then includes a second check.
 
+``--jobs N`` times N records at once (each its check, then its verdict), as an audit runs N
+judges: the ratio is then one under that load, and the JSON's settings say N.
+
 Then, unless ``--no-audit``, a real ``kernelgate audit`` over the same readable records with
 ``--audit-workers`` judges: its wall time gives ``audit_records_per_hour``.
 
@@ -43,6 +46,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
@@ -155,6 +159,23 @@ def record_level(record: CorpusRecord) -> int | None:
         return int(level) if level is not None else None
     except (TypeError, ValueError):
         return None
+
+
+def timed_row(record: CorpusRecord, options: judge.AuditOptions) -> dict[str, Any]:
+    """``time_record``, with a fault of this script or the judge's set-up as an error row."""
+    try:
+        return time_record(record, options)
+    except Exception as exc:
+        return {
+            "id": record.id,
+            "level": record_level(record),
+            "check_s": None,
+            "verdict_s": None,
+            "ratio": None,
+            "verdict": judge.ERROR,
+            "check_status": oldcheck.NOT_RUN,
+            "errors": [f"timing failed: {type(exc).__name__}: {exc}"[:REASON_CHARS]],
+        }
 
 
 def time_record(record: CorpusRecord, options: judge.AuditOptions) -> dict[str, Any]:
@@ -566,6 +587,14 @@ def main(
         float | None,
         typer.Option(help="Start no record after S s (at least one; the rest: --resume)."),
     ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Records timed at once (each its check, then its verdict, as one audit "
+            "worker pays for them; the JSON says how many ran beside each other).",
+        ),
+    ] = 1,
 ) -> None:
     """Time the KernelBench check and the full verdict per record; write the JSON."""
     errors = Console(stderr=True)
@@ -590,6 +619,7 @@ def main(
             audit_time_limit=audit_time_limit,
             resume=resume,
             time_budget=time_budget,
+            jobs=jobs,
             errors=errors,
         )
     except KernelgateError as exc:
@@ -616,6 +646,7 @@ def run(
     errors: Console,
     time_budget: float | None = None,
     sample: int | None = None,
+    jobs: int = 1,
 ) -> None:
     """The command's body: select, time record by record (JSON after each), audit, finish."""
     if device not in ("cpu", "cuda"):
@@ -649,6 +680,9 @@ def run(
         "device": device,
         "timeout": timeout,
         "seed": 0,
+        # records timed beside each other: their rows share the machine, so a resumed run
+        # must time the rest under the same load
+        "jobs": jobs,
     }
     rows, audit = earlier_rows(json_out, settings) if resume else ([], None)
     done = {row["id"] for row in rows}
@@ -679,35 +713,39 @@ def run(
         todo = [r for r in records if r.id not in done]
         budget_ends = None if time_budget is None else time.monotonic() + time_budget
         progress = work_progress(errors, "records", rate=True)
-        with progress:
+        with progress, ThreadPoolExecutor(max_workers=jobs) as pool:
             task = progress.add_task("timing", total=len(todo))
-            for record in todo:  # at least one a run, so that every device call gains
-                progress.update(task, description=record.id)
-                try:
-                    row = time_record(record, options)
-                except Exception as exc:  # a fault of this script or the judge's setup
-                    row = {
-                        "id": record.id,
-                        "level": record_level(record),
-                        "check_s": None,
-                        "verdict_s": None,
-                        "ratio": None,
-                        "verdict": judge.ERROR,
-                        "check_status": oldcheck.NOT_RUN,
-                        "errors": [f"timing failed: {type(exc).__name__}: {exc}"[:REASON_CHARS]],
-                    }
-                rows.append(row)
-                write(complete=False)
-                progress.advance(task)
-                if not errors.is_terminal:
-                    errors.print(
-                        f"[{len(rows)}/{len(records)}] {row['id']}: check {row['check_status']}"
-                        f" {row['check_s']} s, verdict {row['verdict']} {row['verdict_s']} s,"
-                        f" ratio {row['ratio']}",
-                        highlight=False,
-                    )
-                if budget_ends is not None and time.monotonic() > budget_ends:
-                    break
+            waiting = iter(todo)
+            in_flight: set[Future[dict[str, Any]]] = set()
+
+            def start_next() -> None:
+                # at least one a run, so that every device call gains
+                over = budget_ends is not None and time.monotonic() > budget_ends
+                if over and (rows or in_flight):
+                    return
+                record = next(waiting, None)
+                if record is not None:
+                    in_flight.add(pool.submit(timed_row, record, options))
+
+            for _ in range(jobs):
+                start_next()
+            while in_flight:
+                finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    in_flight.discard(future)
+                    row = future.result()
+                    rows.append(row)
+                    write(complete=False)
+                    progress.update(task, description=row["id"])
+                    progress.advance(task)
+                    if not errors.is_terminal:
+                        errors.print(
+                            f"[{len(rows)}/{len(records)}] {row['id']}: check "
+                            f"{row['check_status']} {row['check_s']} s, verdict "
+                            f"{row['verdict']} {row['verdict_s']} s, ratio {row['ratio']}",
+                            highlight=False,
+                        )
+                    start_next()
         left = len(records) - len({row["id"] for row in rows})
         audit_due = not no_audit and audit is None
         if left:

@@ -134,7 +134,8 @@ def test_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     ]
     corpus.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path / "speed.json"
-    selection = [str(corpus), "--level", "1", "--whole-file", "--json", str(out)]
+    # two records at once: a spent time budget still starts only one (as a device call would)
+    selection = [str(corpus), "--level", "1", "--whole-file", "--json", str(out), "--jobs", "2"]
     # a spent time budget stops after one record (as a device call would), no audit yet
     done = _script(*selection, "--time-budget", "0")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -177,6 +178,7 @@ def test_end_to_end_on_the_cpu(tmp_path: Path) -> None:
         assert document[field], field
     assert document["device"] == "cpu" and document["gpu"] is None
     assert document["settings"]["level"] == 1 and document["settings"]["device"] == "cpu"
+    assert document["settings"]["jobs"] == 2
 
 
 def test_selection_by_level_ids_sample_and_limit() -> None:
