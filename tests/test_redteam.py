@@ -22,6 +22,7 @@ from kernelgate.redteam.runner import (
     CAUGHT,
     CPU_ONLY,
     DEVICE_ONLY,
+    ERROR,
     OTHER_GATE,
     PASSED,
     RULE_OPTIONS,
@@ -141,7 +142,7 @@ def test_a_calibration_cut_short_leaves_every_finished_row_in_its_json(
 
     device_only = [e.name for e in DEFECTS if e.device_only][:3]
 
-    def cut_after_one(device, only, *, jobs, timeout, on_result):
+    def cut_after_one(device, only, *, jobs, timeout, on_result, **_):
         on_result(run_entry(entries([only[0]])[0], device))
         raise KeyboardInterrupt  # the device call's limit
 
@@ -155,6 +156,124 @@ def test_a_calibration_cut_short_leaves_every_finished_row_in_its_json(
     assert data["complete"] is False and data["pending"] == device_only[1:]
     assert [d["name"] for d in data["defective"]] == device_only[:1]
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_entry_result_round_trips_through_its_dict() -> None:
+    """What an entry's child writes is what the parent reads back: defect, control, error."""
+    defect = EntryResult(
+        "d",
+        False,
+        ["CMP-01", "AUTH-01"],
+        "narrowed",
+        ["CMP-01"],
+        failure_reasons={"CMP-01": "off by 3 ulp"},
+        skipped=["PRF-01"],
+        ratios=[{"gate": "CMP-01", "status": "fail", "error_model": "order", "x": 2.5}],
+        seconds=4.25,
+        authored_share=0.75,
+    )
+    control = _result("h", [], [], control=True)
+    error = EntryResult("e", False, ["ORD-02"], "error", detail="no verdict within 9 s")
+    for result in (defect, control, error):
+        data = json.loads(json.dumps(result.to_dict()))
+        assert EntryResult.from_dict(data) == result
+        assert EntryResult.from_dict(data).outcome == result.outcome
+    assert EntryResult.from_dict(control.to_dict()).control
+    assert not EntryResult.from_dict(defect.to_dict()).control
+
+
+def _stand_in_children(
+    monkeypatch: pytest.MonkeyPatch, behaviour: dict[str, str], grandchild_pid: Path
+) -> None:
+    """Stand a tiny Python program in for each named entry's child (no torch, no verify):
+    "hang" starts a grandchild in a session of its own (as verify's sandbox workers are),
+    writes its pid and sleeps; "crash" writes to stderr and exits 3; "caught" writes the row
+    of a defect rejected by its first intended gate, as the real child would."""
+    import sys
+
+    import kernelgate.redteam.runner as runner
+
+    real = runner._child_argv
+
+    def argv(entry, device, timeout, intended_only, out):
+        what = behaviour.get(entry.name)
+        if what == "hang":
+            code = (
+                "import subprocess, sys, time\n"
+                "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'],"
+                " start_new_session=True)\n"
+                f"open({str(grandchild_pid)!r}, 'w').write(str(p.pid))\n"
+                "time.sleep(300)\n"
+            )
+        elif what == "crash":
+            code = "import sys; print('the child fell over', file=sys.stderr); sys.exit(3)"
+        elif what == "caught":
+            row = EntryResult(entry.name, False, list(entry.intended), "rejected")
+            row.rejected_by = list(entry.intended[:1])
+            code = f"open({str(out)!r}, 'w').write({json.dumps(row.to_dict())!r})"
+        else:
+            return real(entry, device, timeout, intended_only, out)
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(runner, "_child_argv", argv)
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has died (reaped, or a zombie awaiting its new parent's wait)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_an_entry_past_its_limit_is_killed_with_its_tree_and_the_rest_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that never answers is killed at ``--entry-timeout`` with everything it
+    started (a grandchild in its own session included) and gets an error row; a child that
+    crashes gets one with its stderr; the other entries finish; the JSON and the exit code
+    count both error rows as not caught."""
+    hang, crash, caught = CPU_DEFECTS[:3]
+    pid_file = tmp_path / "grandchild.pid"
+    _stand_in_children(monkeypatch, {hang: "hang", crash: "crash", caught: "caught"}, pid_file)
+    out = tmp_path / "cal.json"
+    args = ["calibrate", "--jobs", "2", "--entry-timeout", "3", "--json", str(out)]
+    for name in (hang, crash, caught):
+        args += ["--only", name]
+    started = time.monotonic()
+    result = CliRunner().invoke(app, args)
+    assert time.monotonic() - started < 60  # not the hanging child's 300 s
+    assert result.exit_code == 1, result.output
+    rows = {row["name"]: row for row in json.loads(out.read_text())["defective"]}
+    assert rows[caught]["outcome"] == CAUGHT
+    assert rows[hang]["verdict"] == "error" and rows[hang]["outcome"] == ERROR
+    assert rows[hang]["detail"].startswith("no verdict within 3 s")
+    assert 3 <= rows[hang]["seconds"] < 30
+    assert rows[crash]["outcome"] == ERROR
+    assert "exit status 3" in rows[crash]["detail"]
+    assert "the child fell over" in rows[crash]["detail"]
+    data = json.loads(out.read_text())
+    assert data["ok"] is False and data["complete"] is True
+    assert sorted(data["confusion"][ERROR]) == sorted([hang, crash])
+    assert f"{hang}: {ERROR} (error" in result.output  # the log line as it finished
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while not _gone(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(grandchild), "the hanging child's grandchild outlived the entry limit"
+
+
+def test_entries_in_children_give_the_in_process_outcomes() -> None:
+    """Two cheap defects through real children, two at a time: each child's row comes
+    back whole (outcome, rejecting gates, the child's own time)."""
+    names = ["cache_by_shape", "batch_ignored"]
+    cal = calibrate("cpu", names, jobs=2, intended_only=True)
+    assert [r.name for r in cal.results] == names
+    for r in cal.results:
+        assert r.outcome == CAUGHT, (r.name, r.verdict, r.rejected_by, r.detail)
+        assert set(r.rejected_by) & set(r.intended_gates) and 0 < r.seconds < cal.seconds
+    assert cal.ok
 
 
 CPU_DEFECTS = [e.name for e in DEFECTS if not e.device_only]

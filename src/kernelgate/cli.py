@@ -865,9 +865,22 @@ def calibrate_command(
     ] = None,
     jobs: Annotated[
         int | None,
-        typer.Option("--jobs", min=1, help="verifications at once (default: cores, at most 4)"),
+        typer.Option(
+            "--jobs", min=1, help="verifications at once (default: cores, at most 4; 2 on a device)"
+        ),
     ] = None,
     timeout: TimeoutOption = 30.0,
+    entry_timeout: Annotated[
+        float,
+        typer.Option(
+            "--entry-timeout",
+            min=1.0,
+            help="wall-clock seconds per entry, its whole verification: each entry runs in "
+            "a fresh process of its own, killed with everything it started past this "
+            "limit; the entry then gets an error row (not caught, not passed) and the "
+            "others go on",
+        ),
+    ] = 600.0,
     hostile: Annotated[
         bool,
         typer.Option(
@@ -890,7 +903,9 @@ def calibrate_command(
 ) -> None:
     """Run the red team and the positive controls: confusion matrix, catches per gate,
     error-model margins, time per kernel (exit 0 when every defect run is rejected by an
-    intended gate and no control is rejected; see docs/redteam.md)."""
+    intended gate and no control is rejected; see docs/redteam.md). Each entry is verified
+    in a fresh process of its own, --jobs at a time; one past --entry-timeout is killed and
+    gets an error row."""
     from kernelgate.redteam.command import calibrate_command_body, hostile_command_body
 
     if in_audit and not hostile:
@@ -914,6 +929,7 @@ def calibrate_command(
         timeout=timeout,
         console=console,
         errors=errors,
+        entry_timeout=entry_timeout,
     )
 
 

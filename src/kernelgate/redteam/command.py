@@ -5,6 +5,7 @@ Kept out of ``cli.py`` so the command line stays a thin shell over ``runner.cali
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from kernelgate.redteam.runner import (
     CAUGHT,
     CPU_ONLY,
     DEVICE_ONLY,
+    ENTRY_TIMEOUT,
     ERROR,
     OTHER_GATE,
     PASSED,
@@ -152,8 +154,12 @@ def calibrate_command_body(
     timeout: float,
     console: Console,
     errors: Console,
+    entry_timeout: float = ENTRY_TIMEOUT,
 ) -> None:
-    """Run the calibration with a progress bar, print it, write JSON, exit 0 / 1."""
+    """Run the calibration with a progress bar, print it, write JSON, exit 0 / 1.
+
+    Every entry that runs runs in a child process of its own, even with one job on the CPU
+    (``runner.calibrate``'s ``in_children``), so that ``entry_timeout`` holds for each."""
     from kernelgate.errors import KernelgateError
     from kernelgate.pipeline import resolve_device
 
@@ -165,10 +171,19 @@ def calibrate_command_body(
     finished: list[EntryResult] = []
     started = time.monotonic()
 
+    @functools.cache
+    def machine() -> dict[str, Any]:
+        """The calibration's ``verdict.environment``, worked out once (on a device it
+        initialises CUDA in this process), not for each of the JSON's rewrites."""
+        from kernelgate.verdict import environment
+
+        return environment(device, device)
+
     def write(cal: Calibration, pending: list[str]) -> None:
         """The JSON so far: rewritten after every entry, so a run cut at a time limit (a
         device call) still leaves every finished row, marked incomplete with what is left."""
         assert json_out is not None
+        cal.environment = machine()
         data = cal.to_dict() | {"complete": not pending, "pending": pending}
         json_out.parent.mkdir(parents=True, exist_ok=True)
         partial = json_out.with_name(json_out.name + ".partial")
@@ -200,7 +215,15 @@ def calibrate_command_body(
                     soft_wrap=True,
                 )
 
-        cal = calibrate(device, only, jobs=jobs, timeout=timeout, on_result=on_result)
+        cal = calibrate(
+            device,
+            only,
+            jobs=jobs,
+            timeout=timeout,
+            on_result=on_result,
+            entry_timeout=entry_timeout,
+            in_children=True,
+        )
     print_calibration(cal, console)
     if json_out is not None:
         write(cal, [])

@@ -2,22 +2,34 @@
 
 The result is a confusion matrix (defect rejected by an intended gate / rejected only by
 another gate / passed), per-gate catch counts, each error model's separation margin and
-the time per kernel. Verifications are independent, so they run in a process pool
-(``spawn``: each child imports torch and Triton afresh, and a crash in one cannot take the
-others down); every candidate still runs in its own sandbox worker under ``verify``.
+the time per kernel. Verifications are independent, so each runs in a fresh child process of
+its own (``python -m kernelgate.redteam.child``), ``jobs`` at a time, started and waited for
+by threads of this process: a child past the entry limit is killed with its whole tree and
+its entry gets an error row, a child that crashes gets one with the tail of its output, and
+the other entries go on. (A ``spawn`` process pool, used before, stalled on a device with
+entries still queued, and one entry that never finished held the calibration for ever.)
+Every candidate still runs in its own sandbox worker under ``verify``. A CPU calibration
+with one job may run in this process instead (the tests' per-entry calibrations).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
 import math
-import multiprocessing
 import os
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kernelgate.redteam.catalog import Entry, entries
@@ -33,6 +45,12 @@ CPU_ONLY = "cpu-only"
 NOT_RUN = (DEVICE_ONLY, CPU_ONLY)  # entries this kind of machine cannot judge
 ERROR = "harness error"
 REASON_CHARS = 300  # of each failing gate's reason kept in a result
+# Wall-clock seconds one entry's child may take, all of its verification included: past it
+# the child and everything it started are killed and the entry gets an error row. Generous
+# (the slowest entries take ~40 s on 2 CPU cores, ~30 s on an H200) because a row lost to
+# it is a row not judged.
+ENTRY_TIMEOUT = 600.0
+OUTPUT_TAIL_CHARS = 1500  # of a crashed child's output kept in its error row
 # The rules an entry can put in force, as verify's keyword arguments (catalog.Entry): the
 # defaults a kernel-writing format would get (sandbox/authorship.py).
 RULE_OPTIONS: dict[str, dict[str, Any]] = {
@@ -85,6 +103,28 @@ class EntryResult:
         if self.detail:
             data["detail"] = self.detail
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EntryResult:
+        """The result ``to_dict`` wrote (how an entry's child hands its row back).
+
+        A control is the row without ``intended_gates``: ``to_dict`` leaves them out for a
+        control and a defect always names at least one (catalog test). ``outcome`` is
+        derived, so it is read back from the other fields, not from the dict."""
+        control = "intended_gates" not in data
+        return cls(
+            name=data["name"],
+            control=control,
+            intended_gates=[] if control else list(data["intended_gates"]),
+            verdict=data["verdict"],
+            rejected_by=list(data.get("rejected_by", [])),
+            failure_reasons=dict(data.get("failure_reasons", {})),
+            skipped=list(data.get("skipped", [])),
+            ratios=list(data.get("error_over_bound", [])),
+            seconds=float(data.get("seconds", 0.0)),
+            detail=data.get("detail", ""),
+            authored_share=data.get("authored_share"),
+        )
 
 
 def _ratios(verdict: Any) -> list[dict[str, Any]]:
@@ -165,6 +205,10 @@ class Calibration:
     device: str
     results: list[EntryResult]
     seconds: float = 0.0
+    # ``verdict.environment`` of this calibration, worked out once and handed to every
+    # Calibration built from it (the CLI writes its JSON after every entry): on a device it
+    # initialises CUDA, which the parent need not pay for, or risk, once per row.
+    environment: dict[str, Any] | None = None
 
     @property
     def defects(self) -> list[EntryResult]:
@@ -267,13 +311,15 @@ class Calibration:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        from kernelgate.verdict import environment
+        if self.environment is None:
+            from kernelgate.verdict import environment
 
+            self.environment = environment(self.device, self.device)
         return {
             "schema": "kernelgate.calibration/1",
             "device": self.device,
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "environment": environment(self.device, self.device),
+            "environment": self.environment,
             "ok": self.ok,
             "defective": [r.to_dict() for r in self.defects],
             "controls": [r.to_dict() for r in self.controls],
@@ -290,6 +336,123 @@ def default_jobs(device: str) -> int:
     return 2 if device != "cpu" else max(1, min(4, cores or 1))
 
 
+def _not_run_here(entry: Entry, device: str) -> bool:
+    """Whether ``run_entry`` lists ``entry`` without verifying it on ``device``: no child."""
+    return bool(entry.device_only and device == "cpu") or bool(entry.cpu_only and device != "cpu")
+
+
+def _child_argv(
+    entry: Entry, device: str, timeout: float, intended_only: bool, out: Path
+) -> list[str]:
+    """The command that verifies ``entry`` in a fresh process and writes its row to ``out``
+    (``kernelgate.redteam.child``). A function of its own so that a test can stand a
+    misbehaving child in for it."""
+    argv = [sys.executable, "-m", "kernelgate.redteam.child", entry.name, device, str(timeout)]
+    return [*argv, str(out), *(["--intended-only"] if intended_only else [])]
+
+
+class _Children:
+    """The entry children alive now, so that a calibration stopped from outside (Ctrl-C, a
+    device call's limit) kills them rather than waiting for them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._alive: set[subprocess.Popen[bytes]] = set()
+        self.stopping = False
+
+    def add(self, process: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._alive.add(process)
+            stopping = self.stopping
+        if stopping:
+            _kill(process)
+
+    def discard(self, process: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._alive.discard(process)
+
+    def kill_all(self) -> None:
+        with self._lock:
+            self.stopping = True
+            alive = list(self._alive)
+        for process in alive:
+            _kill(process)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a child's whole tree: its descendants through /proc (the sandbox workers of
+    its ``verify`` are in sessions of their own) and its own session."""
+    from kernelgate.audit.processes import kill_tree
+
+    kill_tree(process.pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def run_entry_in_child(
+    entry: Entry,
+    device: str = "cpu",
+    timeout: float = 30.0,
+    intended_only: bool = False,
+    *,
+    entry_timeout: float = ENTRY_TIMEOUT,
+    children: _Children | None = None,
+) -> EntryResult:
+    """``run_entry`` in a fresh process, killed with its tree after ``entry_timeout`` s.
+
+    Never raises for the child's sake: a child past the limit, one that crashes, or one
+    that leaves no readable row gives an error row (verdict "error") saying so, with the
+    tail of its output; such a row is neither a caught defect nor a passed control."""
+    from kernelgate.audit.processes import child_env, tail
+
+    result = EntryResult(entry.name, entry.is_control, list(entry.intended), "error")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"kernelgate-cal-{entry.name}-") as folder:
+        out, log = Path(folder) / "result.json", Path(folder) / "output.log"
+        with log.open("wb") as output:
+            process = subprocess.Popen(
+                _child_argv(entry, device, timeout, intended_only, out),
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                env=child_env(device),
+                start_new_session=True,  # its group is killable without killing us
+            )
+        if children is not None:
+            children.add(process)
+        try:
+            returncode: int | None = process.wait(timeout=entry_timeout)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        finally:
+            _kill(process)  # also whatever an exited child left running
+            process.wait()
+            if children is not None:
+                children.discard(process)
+        result.seconds = round(time.monotonic() - started, 2)
+        output_tail = tail(log, OUTPUT_TAIL_CHARS).strip()
+        if returncode is None:
+            result.detail = (
+                f"no verdict within {entry_timeout:g} s: the entry's process and everything "
+                "it started were killed"
+            )
+            return result
+        try:
+            data = json.loads(out.read_text())
+            return EntryResult.from_dict(data)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if returncode < 0:
+                why = f"killed by signal {-returncode}"
+            elif returncode:
+                why = f"exit status {returncode}"
+            else:
+                why = f"exit status 0 but no readable row: {exc}"
+            result.detail = f"the entry's process gave no verdict ({why})" + (
+                f"; its output ends: {output_tail}" if output_tail else ""
+            )
+            return result
+
+
 def calibrate(
     device: str = "cpu",
     only: list[str] | None = None,
@@ -298,11 +461,22 @@ def calibrate(
     timeout: float = 30.0,
     intended_only: bool = False,
     on_result: Callable[[EntryResult], None] | None = None,
+    entry_timeout: float = ENTRY_TIMEOUT,
+    in_children: bool | None = None,
 ) -> Calibration:
-    """Verify every selected entry (device-only ones are listed, not run, in CPU mode)."""
+    """Verify every selected entry (device-only ones are listed, not run, in CPU mode).
+
+    ``in_children``: each entry in a fresh process of its own, ``jobs`` at a time, killed
+    after ``entry_timeout`` wall-clock seconds (``run_entry_in_child``). None (the default)
+    means yes unless this is a CPU calibration with one job, which runs in this process, one
+    entry after another, with no entry limit (the tests' per-entry calibrations: a child
+    would add its imports to each). ``on_result`` is called in this thread, as each entry
+    finishes."""
     started = time.monotonic()
     selected = entries(only)
     jobs = jobs or default_jobs(device)
+    if in_children is None:
+        in_children = jobs > 1 or device != "cpu"
     results: dict[str, EntryResult] = {}
 
     def done(result: EntryResult) -> None:
@@ -312,20 +486,37 @@ def calibrate(
 
     to_run = []
     for entry in selected:
-        if entry.device_only and device == "cpu":
+        if _not_run_here(entry, device):
             done(run_entry(entry, device))
         else:
             to_run.append(entry)
-    if jobs <= 1 or len(to_run) <= 1:
+    if not in_children:
         for entry in to_run:
             done(run_entry(entry, device, timeout, intended_only))
-    else:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    elif to_run:
+        children = _Children()
+        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kernelgate-cal")
+        try:
             futures = [
-                pool.submit(run_entry, entry, device, timeout, intended_only) for entry in to_run
+                pool.submit(
+                    run_entry_in_child,
+                    entry,
+                    device,
+                    timeout,
+                    intended_only,
+                    entry_timeout=entry_timeout,
+                    children=children,
+                )
+                for entry in to_run
             ]
             for future in as_completed(futures):
                 done(future.result())
+        except BaseException:
+            # stopped from outside: no entry starts, the running ones die now, not at the
+            # end of their verifications
+            children.kill_all()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     ordered = [results[e.name] for e in selected]
     return Calibration(device, ordered, round(time.monotonic() - started, 2))
