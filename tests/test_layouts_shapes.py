@@ -197,7 +197,20 @@ def test_cmp03_keeps_sizes_that_shape_no_input_within_the_footprint_limit() -> N
     assert all(footprint.admits("kernel_size", v) for v in tried)
     assert max(tried) < max(gate.evidence["pools"]["kernel_size"]["block"])  # 129 refused
     refused = gate.evidence["footprint_refused"]
-    assert refused and all(size.startswith("kernel_size=") for size in refused)
+    assert all(size.startswith("kernel_size=") for size in refused)
+    # confirmations stay within what the plan reached (or twice the reference): never the
+    # pools' largest sizes, which the footprint limit would have had to refuse
+    planned = [
+        s["value"]
+        for s in gate.evidence["shapes"]
+        if s["dim"] == "kernel_size" and s["family"] != "confirm"
+    ]
+    confirmed = [
+        s["value"]
+        for s in gate.evidence["shapes"]
+        if s["dim"] == "kernel_size" and s["family"] == "confirm"
+    ]
+    assert all(v <= max([*planned, 2 * program.sizes["kernel_size"]]) for v in confirmed)
     inputs_left_to_the_cap = FootprintLimit(program, CPU_ELEMENT_CAP, frozenset({"batch"}))
     assert inputs_left_to_the_cap.admits("batch", 1 << 30)  # the input cap bounds it
     assert gate.evidence["sub_domain"]["dims"]["kernel_size"]["varies"] is False

@@ -256,11 +256,18 @@ class ShapesGate(Gate):
                 },
                 reverse=True,
             )
-            top = max((v for pool in pools.get(name, {}).values() for v in pool), default=0)
+            # Not above what the plan itself reached for this dim (or twice the reference):
+            # a confirmation re-checks a proposed sub-domain, and the pools' largest size,
+            # which the case budget left untried, would be the verification's most costly
+            # case. On the H200 a confirmation at head_dim=4096 made a causal attention
+            # kernel compile a 32 x 4096 tile for minutes.
+            reached = max(
+                (r["value"] for r in self._results if r["dim"] == name), default=dim.reference
+            )
             eligible = [
                 value
                 for value in candidates
-                if value <= max(top, dim.reference)
+                if value <= max(reached, 2 * dim.reference)
                 and value != dim.reference
                 and (narrowed.admits(value) and (name, value) not in tested)
             ]
