@@ -15,15 +15,24 @@ the decayed scores the forward stored:
 * every dependence on the gate goes through G; ``dg`` is the reverse cumulative sum of dG
   inside the chunk plus the gradient of G_L (which every step of the chunk feeds).
 
-Four kernels: ``_state_bwd_kernel`` (reverse scan, one program per (batch, head, V block);
+Six kernels: ``_state_bwd_kernel`` (reverse scan, one program per (batch, head, V tile);
 its state gradient lives in the chunk buffer like the forward scan's state, see chunk_fwd.py),
 ``_dscores_bwd_kernel`` (one program per chunk: dS, a sum over all of V, and its gate terms),
-``_qk_bwd_kernel`` (one program per chunk and K block; loops over V blocks) and
-``_wy_bwd_kernel`` (one program per chunk; loops over K and V blocks, sums the K-block
-partials of the previous kernels in a fixed order and writes dk, dv, dbeta, dg). Partial
-results go through fp32 scratch buffers, never atomics, so gradients are bitwise reproducible.
-Decay factors come from the fp64 cumulative gates exactly as in the forward, and the dots keep
-the same per-dot size limits (see chunk_fwd.py).
+``_qk_bwd_kernel`` (one program per chunk and 32-wide K tile: dq, the output/state part of
+dk, dW and gate partials), ``_wy_da_bwd_kernel`` (one program per chunk: dTinv and dA, the
+[C, C] products staged through per-chunk scratch), ``_wy_dkv_bwd_kernel`` (one program per
+chunk and K or V tile: dk, dv and their dbeta / dG partials) and ``_gate_bwd_kernel`` (sums
+every partial in a fixed order and writes dbeta and dg). Partial results go through fp32
+scratch buffers, never atomics, so gradients are bitwise reproducible. Decay factors come from
+the fp64 cumulative gates exactly as in the forward.
+
+Registers (RES-02, budget 0 spill bytes on sm_90): as in the forward (chunk_fwd.py), every
+fp32 dot reduces over at most 32 columns (RC chunk steps, RK / RV head columns) with both
+operands loaded from memory (a transposed operand is loaded through transposed addresses,
+never ``tl.trans`` of a register tile), results are stored before the next product is built,
+and the kernels run 8 warps. benchmarks/gdn_bwd_resources.py compiles every backward
+specialization offline for sm_90 with Triton 3.6 (the device's) and 3.9: 0 spill bytes in
+fp32 and bf16 at K in {31, 32, 64, 128}.
 """
 
 from __future__ import annotations
