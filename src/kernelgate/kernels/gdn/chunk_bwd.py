@@ -298,7 +298,7 @@ def _dscores_bwd_kernel(
     tl.store(dgcum_ptr + chunk_row + o_c * H, d_gcum, mask=m_t)
 
 
-@triton.jit(do_not_specialize=["T", "NT", "B", "V_END"])  # see _NO_SPECIALIZE
+@triton.jit(do_not_specialize=["T", "NT", "B", "H", "V_END"])  # see _NO_SPECIALIZE
 def _qk_bwd_kernel(
     q_ptr,
     k_ptr,
@@ -319,7 +319,7 @@ def _qk_bwd_kernel(
     B,
     V_END,
     scale,
-    H: tl.constexpr,
+    H,  # runtime: one specialization for every head count (see the decorator)
     K: tl.constexpr,
     V: tl.constexpr,
     C: tl.constexpr,
