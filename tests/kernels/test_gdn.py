@@ -197,14 +197,18 @@ def test_chunk_strong_decays_as_accurate_as_fp32_recurrence():
     assert ours_err <= 4 * honest_err, (ours_err, honest_err)
 
 
-# Kernels whose offline sm_90 compile must stay within 255 registers and no spill stores.
-# _dscores_bwd_kernel, _qk_bwd_kernel and _wy_bwd_kernel still spill at K = V = 128 (see
-# docs/kernels/gdn.md) and are not checked yet.
+# Kernels whose offline sm_90 compile must stay within 255 registers and no spill stores:
+# all of them (benchmarks/gdn_bwd_resources.py covers more head sizes and Triton 3.6).
 SPILL_FREE_KERNELS = (
     "_wy_fwd_kernel",
     "_state_fwd_kernel",
     "_output_fwd_kernel",
     "_state_bwd_kernel",
+    "_dscores_bwd_kernel",
+    "_qk_bwd_kernel",
+    "_wy_da_bwd_kernel",
+    "_wy_dkv_bwd_kernel",
+    "_gate_bwd_kernel",
 )
 
 
@@ -276,7 +280,7 @@ def test_kernels_compile_for_sm90_without_spills():
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=600,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]

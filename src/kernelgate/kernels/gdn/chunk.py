@@ -7,9 +7,11 @@ import triton
 
 from kernelgate.kernels.gdn.chunk_bwd import (
     _dscores_bwd_kernel,
+    _gate_bwd_kernel,
     _qk_bwd_kernel,
     _state_bwd_kernel,
-    _wy_bwd_kernel,
+    _wy_da_bwd_kernel,
+    _wy_dkv_bwd_kernel,
 )
 from kernelgate.kernels.gdn.chunk_fwd import _output_fwd_kernel, _state_fwd_kernel, _wy_fwd_kernel
 
@@ -26,9 +28,11 @@ NUM_WARPS = {
     "state_fwd": 8,
     "output_fwd": 8,
     "state_bwd": 8,
-    "dscores_bwd": 4,
-    "qk_bwd": 4,
-    "wy_bwd": 4,
+    "dscores_bwd": 8,
+    "qk_bwd": 8,
+    "wy_da_bwd": 8,
+    "wy_dkv_bwd": 8,
+    "gate_bwd": 4,
 }
 SCAN_BLOCK_V: int | None = None  # None: pick by _scan_block_v's rule
 # Largest [K, BV] state tile of one scan program, in elements (a cap on the V tile at large
@@ -210,16 +214,12 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
 
 
 def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
-    """Launch the four backward kernels; returns dq, dk, dv, dg, dbeta, dh0."""
+    """Launch the six backward kernels; returns dq, dk, dv, dg, dbeta, dh0."""
     g_cum, a_inv, w, states, v_new, scores = saved
     batch, seq_len, heads, dim_k = q.shape
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = _dot_precision(q.dtype)
-    block_k = _block(dim_k, 64)
-    block_v = _block(dim_v, 64)
-    num_k_blocks = triton.cdiv(dim_k, block_k)
-    num_v_blocks = triton.cdiv(dim_v, block_v)
     reduce_k = _block(dim_k, REDUCE_BLOCK)
     scan_block_v = _scan_block_v(dim_k, dim_v)
     f32 = dict(device=q.device, dtype=torch.float32)
@@ -229,7 +229,7 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
     dh0 = torch.empty(batch, heads, dim_k, dim_v, **f32) if has_initial_state else None
     dht = _aligned(dht.float()) if dht is not None else None
     scan_tiles = triton.cdiv(dim_v, scan_block_v)
-    scaled_do = torch.empty(batch * heads * scan_tiles, CHUNK_SIZE, scan_block_v, **f32)
+    scaled_do = torch.empty(batch * heads * scan_tiles, 2 * CHUNK_SIZE, scan_block_v, **f32)
     _state_bwd_kernel[(scan_tiles, batch * heads)](
         q,
         k,
@@ -260,6 +260,10 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
     )
     del scaled_do
 
+    rk = reduce_k
+    rv = _block(dim_v, REDUCE_BLOCK)
+    k_end = _round_up(dim_k, rk)
+    v_end = _round_up(dim_v, rv)
     d_scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
     dg_cum_scores = torch.empty(batch, seq_len, heads, **f32)
     _dscores_bwd_kernel[(num_chunks, batch * heads)](
@@ -270,22 +274,24 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
         d_scores,
         dg_cum_scores,
         seq_len,
+        v_end,
         scale,
         H=heads,
         V=dim_v,
         C=CHUNK_SIZE,
-        BV=block_v,
-        NV=num_v_blocks,
+        RV=rv,
         PREC=prec,
         num_warps=NUM_WARPS["dscores_bwd"],
     )
 
+    num_k_tiles = triton.cdiv(dim_k, rk)
+    num_v_tiles = triton.cdiv(dim_v, rv)
     dq = torch.empty_like(q)
     dk_part = torch.empty(batch, seq_len, heads, dim_k, **f32)
     dw = torch.empty(batch, seq_len, heads, dim_k, **f32)
-    dg_cum_part = torch.empty(num_k_blocks, batch, seq_len, heads, **f32)
-    dg_last_part = torch.empty(num_k_blocks, batch, num_chunks, heads, **f32)
-    _qk_bwd_kernel[(num_k_blocks, num_chunks, batch * heads)](
+    dg_cum_qk = torch.empty(num_k_tiles, batch, seq_len, heads, **f32)
+    dg_last_qk = torch.empty(num_k_tiles, batch, num_chunks, heads, **f32)
+    _qk_bwd_kernel[(num_k_tiles, num_chunks, batch * heads)](
         q,
         k,
         g_cum,
@@ -298,28 +304,65 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
         dq,
         dk_part,
         dw,
-        dg_cum_part,
-        dg_last_part,
+        dg_cum_qk,
+        dg_last_qk,
         seq_len,
         num_chunks,
         batch,
+        v_end,
         scale,
         H=heads,
         K=dim_k,
         V=dim_v,
         C=CHUNK_SIZE,
-        BK=block_k,
-        BV=block_v,
-        NV=num_v_blocks,
+        RC=REDUCE_BLOCK,
+        BK=rk,
+        RV=rv,
         PREC=prec,
         num_warps=NUM_WARPS["qk_bwd"],
     )
+    del d_scores
+
+    # Scratch of the WY backward: dTinv (then P'), K K^T and Tinv^T dTinv per chunk.
+    d_tinv = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    kk = torch.empty_like(d_tinv)
+    m_scratch = torch.empty_like(d_tinv)
+    dbeta_a = torch.empty(batch, seq_len, heads, **f32)
+    dg_cum_a = torch.empty_like(dbeta_a)
+    _wy_da_bwd_kernel[(num_chunks, batch * heads)](
+        k,
+        v,
+        beta,
+        g_cum,
+        a_inv,
+        dw,
+        d_v_new,
+        d_tinv,
+        kk,
+        m_scratch,
+        dbeta_a,
+        dg_cum_a,
+        seq_len,
+        k_end,
+        v_end,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        RC=REDUCE_BLOCK,
+        RK=rk,
+        RV=rv,
+        PREC=prec,
+        num_warps=NUM_WARPS["wy_da_bwd"],
+    )
+    del kk, m_scratch
 
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
-    dbeta = torch.empty_like(beta)
-    dg = torch.empty_like(g)
-    _wy_bwd_kernel[(num_chunks, batch * heads)](
+    num_tiles = num_k_tiles + num_v_tiles
+    dbeta_part = torch.empty(num_tiles, batch, seq_len, heads, **f32)
+    dg_cum_wy = torch.empty(num_k_tiles, batch, seq_len, heads, **f32)
+    _wy_dkv_bwd_kernel[(num_tiles, num_chunks, batch * heads)](
         k,
         v,
         beta,
@@ -328,27 +371,47 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
         dw,
         d_v_new,
         dk_part,
-        dg_cum_scores,
-        dg_cum_part,
-        dg_last_part,
+        d_tinv,
         dk,
         dv,
+        dbeta_part,
+        dg_cum_wy,
+        seq_len,
+        batch,
+        num_k_tiles,
+        H=heads,
+        K=dim_k,
+        V=dim_v,
+        C=CHUNK_SIZE,
+        RC=REDUCE_BLOCK,
+        BK=rk,
+        BV=rv,
+        PREC=prec,
+        num_warps=NUM_WARPS["wy_dkv_bwd"],
+    )
+
+    dbeta = torch.empty_like(beta)
+    dg = torch.empty_like(g)
+    _gate_bwd_kernel[(num_chunks, batch * heads)](
+        g_cum,
+        dbeta_a,
+        dg_cum_a,
+        dg_cum_scores,
+        dg_cum_qk,
+        dg_last_qk,
+        dbeta_part,
+        dg_cum_wy,
         dbeta,
         dg,
         seq_len,
         num_chunks,
         batch,
+        NQK=num_k_tiles,
+        NKT=num_k_tiles,
+        NTILES=num_tiles,
         H=heads,
-        K=dim_k,
-        V=dim_v,
         C=CHUNK_SIZE,
-        BK=block_k,
-        BV=block_v,
-        NK=num_k_blocks,
-        NV=num_v_blocks,
-        NK_PART=num_k_blocks,
-        PREC=prec,
-        num_warps=NUM_WARPS["wy_bwd"],
+        num_warps=NUM_WARPS["gate_bwd"],
     )
     return dq, dk, dv, dg, dbeta, dh0
 
