@@ -147,6 +147,16 @@ def _ratios(verdict: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _not_run_here(entry: Entry, device: str) -> tuple[str, str] | None:
+    """(verdict, why) for an entry that ``device`` lists without verifying (a device-only
+    one on the CPU, a CPU-only one on a device), else None. It needs no child process."""
+    if entry.device_only and device == "cpu":
+        return DEVICE_ONLY, entry.device_only
+    if entry.cpu_only and device != "cpu":
+        return CPU_ONLY, entry.cpu_only
+    return None
+
+
 def run_entry(
     entry: Entry, device: str = "cpu", timeout: float = 30.0, intended_only: bool = False
 ) -> EntryResult:
@@ -160,11 +170,8 @@ def run_entry(
     from kernelgate.pipeline import verify
 
     result = EntryResult(entry.name, entry.is_control, list(entry.intended), "error")
-    if entry.device_only and device == "cpu":
-        result.verdict, result.detail = DEVICE_ONLY, entry.device_only
-        return result
-    if entry.cpu_only and device != "cpu":
-        result.verdict, result.detail = CPU_ONLY, entry.cpu_only
+    if (not_run := _not_run_here(entry, device)) is not None:
+        result.verdict, result.detail = not_run
         return result
     started = time.monotonic()
     try:
@@ -336,11 +343,6 @@ def default_jobs(device: str) -> int:
     return 2 if device != "cpu" else max(1, min(4, cores or 1))
 
 
-def _not_run_here(entry: Entry, device: str) -> bool:
-    """Whether ``run_entry`` lists ``entry`` without verifying it on ``device``: no child."""
-    return bool(entry.device_only and device == "cpu") or bool(entry.cpu_only and device != "cpu")
-
-
 def _child_argv(
     entry: Entry, device: str, timeout: float, intended_only: bool, out: Path
 ) -> list[str]:
@@ -486,7 +488,7 @@ def calibrate(
 
     to_run = []
     for entry in selected:
-        if _not_run_here(entry, device):
+        if _not_run_here(entry, device) is not None:
             done(run_entry(entry, device))
         else:
             to_run.append(entry)
