@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import torch
 
@@ -36,6 +36,7 @@ from kernelgate.inputs.distributions import draw, fold_into_range, impose_struct
 from kernelgate.inputs.integers import draw_in_domain, index_bound
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
 from kernelgate.oracle import dependence
+from kernelgate.oracle.compare import rounds_like_cpu
 from kernelgate.oracle.error_models import (
     Assessment,
     admissible_error,
@@ -51,6 +52,8 @@ from kernelgate.sandbox.forbidden_watch import merge_uses
 from kernelgate.sandbox.session import CallResult, ExecutionIncident, WorkerSession
 from kernelgate.sandbox.wire import WireTensor, dtype_name
 from kernelgate.serde import Serializable
+
+_T = TypeVar("_T")
 
 # Cases whose oracle results a GateContext keeps within a gate whatever their size (see
 # ``_cached``), and the bytes of results (with the inputs they are of) it keeps beyond those
@@ -290,16 +293,21 @@ class GateContext:
         seed: int,
         distribution: str = "normal",
         dtype: torch.dtype | list[torch.dtype | None] | None = None,
+        replaced: frozenset[int] | set[int] = frozenset(),
     ) -> Case:
         """Floating inputs drawn from ``distribution`` (in ``dtype``, or each input's own;
         a list gives one per input, None keeping that input's own); other inputs as the
-        reference makes them.
+        reference makes them. Inputs in ``replaced`` keep the reference's own values: the
+        caller puts its own there (EXC-02's subnormals), and a draw at KernelBench's sizes
+        is seconds of host time thrown away.
 
         Value ranges are applied later, once, by ``admit`` (every case passes through it).
         """
         dtypes = dtype if isinstance(dtype, list) else [dtype] * len(self.template)
         values = [
-            self.draw(distribution, seed + i, tuple(v.shape), dtypes[i] or v.dtype)
+            v
+            if i in replaced
+            else self.draw(distribution, seed + i, tuple(v.shape), dtypes[i] or v.dtype)
             if isinstance(v, torch.Tensor) and v.is_floating_point()
             else self.draw_integers(i, seed + i, v, self.template)
             for i, v in enumerate(self.template)
@@ -745,9 +753,10 @@ class GateContext:
         )
 
     def admissible(self, case: Case, output_index: int, out_dtype: torch.dtype) -> torch.Tensor:
-        """Per element (float64, CPU), how far an honest output may lie from the exact one
-        under the contract's error model (``error_models.admissible_error``); EXC-02 judges
-        classes only where this cannot move a value across a class or sign boundary."""
+        """Per element (float64), how far an honest output may lie from the exact one under
+        the contract's error model (``error_models.admissible_error``); EXC-02 judges
+        classes only where this cannot move a value across a class or sign boundary. On the
+        device it was computed on: the oracle's, or the CPU where that one was full."""
         spec = self.contract.postcondition.error_model
         magnitude, n = self._magnitude_of(case, output_index)  # (None, 1) without an entry
         expected = self.expected(case)[output_index]
@@ -762,9 +771,38 @@ class GateContext:
                 {"native-eager": native.to(device)},
                 magnitude=None if magnitude is None else magnitude.to(device),
                 n=n,
-            ).cpu()
+            )
 
         return self._on_device_or_cpu(compute)[0]
+
+    def class_judging_device(self, dtype: torch.dtype) -> torch.device:
+        """Where the exact class gates (EXC-01/02) judge outputs of ``dtype``.
+
+        On the oracle's device when it rounds float64 to ``dtype`` bit for bit as the CPU
+        does (``compare.rounds_like_cpu``, asked once per dtype): the candidate's output
+        already lies there, and the dozen passes over every output position that judging
+        takes cost milliseconds there against tens of seconds on a host shared by an
+        audit's judges. Else on the CPU, as before.
+        """
+        device = self.oracle.device
+        if device.type != "cpu" and rounds_like_cpu(str(device), dtype):
+            return device
+        return torch.device("cpu")
+
+    def on_class_judging_device(
+        self, dtype: torch.dtype, compute: Callable[[torch.device], _T]
+    ) -> _T:
+        """``compute`` on ``class_judging_device(dtype)``, again on the CPU where that device
+        is out of memory (an audit's judges share one GPU). ``compute`` must leave nothing
+        behind but its result: a run cut short by the device's memory is made again whole."""
+        device = self.class_judging_device(dtype)
+        if device.type == "cpu":
+            return compute(device)
+        try:
+            return compute(device)
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+        return compute(torch.device("cpu"))
 
     def forget_cases(self) -> None:
         """Between gates: keep earlier cases' oracle results only within

@@ -10,7 +10,7 @@ and hide what the kernel does with an Inf (a log-sum-exp whose max is +Inf, say)
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -63,6 +63,10 @@ class _Tally:
     probed: int = 0
     refined: int = 0
     completed: int = 0
+
+    def add(self, other: _Tally) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class NonFiniteGate(Gate):
@@ -143,51 +147,21 @@ class NonFiniteGate(Gate):
         for k, (want, got) in enumerate(zip(expected, run.outputs)):
             if not isinstance(want, torch.Tensor) or not got.is_floating_point():
                 continue
-            want_classes = value_classes(want.to(got.dtype))
-            # classified where the output lies, judged beside the oracle's classes
-            got_classes = value_classes(got).to(want_classes.device)
-            judge = functools.partial(_judged, want_classes, got_classes, k=k)
-            agree, bad, asked = ctx.judge_classes(case, judge)
-            tally.consulted += asked
-            if bad.any() and (probe := ctx.dependence_probe(case)) is not None:
-                # a NaN the oracle made by 0 x NaN where the output does not depend
-                # on the special is not the kernel's to reproduce
-                runs = ctx.honest_classes(case) if asked else {"native-eager": ctx.native(case)}
-                agree, bad = judge({**runs, "dependence-probe": probe})
-                tally.probed += 1
-                if bad.any() and (refined := ctx.refined_dependence_probe(case, k, bad)):
-                    # a position that also sees a special it does depend on: only those
-                    # specials decide its class
-                    probe = refined
-                    agree, bad = judge({**runs, "dependence-probe": probe})
-                    tally.refined += 1
-                if bad.any() and (completions := ctx.completion_probes(case, k, bad, probe)):
-                    # a class the dense reference made through finite entries the position
-                    # does not depend on (a masked key's sign) is not forced by the case
-                    agree, bad = judge(
-                        {
-                            **runs,
-                            "dependence-probe": probe,
-                            **{f"completion{i}": c for i, c in enumerate(completions)},
-                        }
-                    )
-                    tally.completed += 1
-            n_agree = int(agree.count_nonzero())
-            tally.judged += n_agree
-            tally.excluded += agree.numel() - n_agree
-            if bad.any():
-                n_bad = int(bad.count_nonzero())
-                findings = [
-                    self._finding(k, pos, want, got, want_classes, got_classes)
-                    for pos in first_positions(bad)[:MAX_POSITIONS]
-                ]
+            judgement = ctx.on_class_judging_device(
+                got.dtype, functools.partial(_judge_output, ctx, case, k, want, got)
+            )
+            tally.add(judgement.tally)
+            if judgement.mismatched:
                 return self.failed(
                     ctx,
-                    f"{n_bad} output position(s) of output {k} have the wrong "
+                    f"{judgement.mismatched} output position(s) of output {k} have the wrong "
                     f"IEEE class on {case.label}",
                     run,
-                    findings,
-                    {"mismatched_positions": n_bad, "judged_positions": tally.judged},
+                    judgement.findings,
+                    {
+                        "mismatched_positions": judgement.mismatched,
+                        "judged_positions": tally.judged,
+                    },
                 )
         return None
 
@@ -206,31 +180,93 @@ class NonFiniteGate(Gate):
             )
         }
 
-    @staticmethod
-    def _finding(
-        k: int,
-        pos: tuple[int, ...],
-        want: torch.Tensor,
-        got: torch.Tensor,
-        want_classes: torch.Tensor,
-        got_classes: torch.Tensor,
-    ) -> dict[str, Any]:
-        return {
-            "output": k,
-            "output_position": list(pos),
-            "expected_class": ValueClass(int(want_classes[pos])).name,
-            "actual_class": ValueClass(int(got_classes[pos])).name,
-            "expected": scalar(want[pos]),
-            "actual": scalar(got[pos]),
-        }
+
+@dataclass
+class _OutputJudgement:
+    tally: _Tally
+    mismatched: int = 0
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _judge_output(
+    ctx: GateContext,
+    case: Case,
+    k: int,
+    want: torch.Tensor,
+    got: torch.Tensor,
+    device: torch.device,
+) -> _OutputJudgement:
+    """Output ``k`` of one trial judged on ``device``: the oracle's result, the candidate's
+    and every honest run or probe are classified there, and only counts and a few positions
+    come back."""
+    tally = _Tally()
+    want_classes = value_classes(want.to(device).to(got.dtype))
+    got_classes = value_classes(got.to(device))
+    judge = functools.partial(_judged, want_classes, got_classes, k=k)
+    agree, bad, asked = ctx.judge_classes(case, judge)
+    tally.consulted += asked
+    if bad.any() and (probe := ctx.dependence_probe(case)) is not None:
+        # a NaN the oracle made by 0 x NaN where the output does not depend on the special
+        # is not the kernel's to reproduce
+        runs = ctx.honest_classes(case) if asked else {"native-eager": ctx.native(case)}
+        agree, bad = judge({**runs, "dependence-probe": probe})
+        tally.probed += 1
+        if bad.any() and (refined := ctx.refined_dependence_probe(case, k, bad)):
+            # a position that also sees a special it does depend on: only those specials
+            # decide its class
+            probe = refined
+            agree, bad = judge({**runs, "dependence-probe": probe})
+            tally.refined += 1
+        if bad.any() and (completions := ctx.completion_probes(case, k, bad, probe)):
+            # a class the dense reference made through finite entries the position does not
+            # depend on (a masked key's sign) is not forced by the case
+            agree, bad = judge(
+                {
+                    **runs,
+                    "dependence-probe": probe,
+                    **{f"completion{i}": c for i, c in enumerate(completions)},
+                }
+            )
+            tally.completed += 1
+    n_agree = int(agree.count_nonzero())
+    tally.judged += n_agree
+    tally.excluded += agree.numel() - n_agree
+    if not bad.any():
+        return _OutputJudgement(tally)
+    return _OutputJudgement(
+        tally,
+        mismatched=int(bad.count_nonzero()),
+        findings=[
+            _finding(k, pos, want, got, want_classes, got_classes)
+            for pos in first_positions(bad)[:MAX_POSITIONS]
+        ],
+    )
+
+
+def _finding(
+    k: int,
+    pos: tuple[int, ...],
+    want: torch.Tensor,
+    got: torch.Tensor,
+    want_classes: torch.Tensor,
+    got_classes: torch.Tensor,
+) -> dict[str, Any]:
+    return {
+        "output": k,
+        "output_position": list(pos),
+        "expected_class": ValueClass(int(want_classes[pos])).name,
+        "actual_class": ValueClass(int(got_classes[pos])).name,
+        "expected": scalar(want[pos]),
+        "actual": scalar(got[pos]),
+    }
 
 
 def _judged(
     want_classes: torch.Tensor, got_classes: torch.Tensor, runs: dict[str, list[Any]], *, k: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Positions every honest run agrees with the oracle on, and the candidate's mismatches
-    among them."""
-    agree = torch.ones(want_classes.shape, dtype=torch.bool)
+    among them (on the device of ``want_classes``: each run is moved there)."""
+    agree = torch.ones(want_classes.shape, dtype=torch.bool, device=want_classes.device)
     for honest_run in runs.values():
-        agree &= value_classes(honest_run[k]) == want_classes
+        agree &= value_classes(honest_run[k].to(want_classes.device)) == want_classes
     return agree, agree & (got_classes != want_classes)

@@ -22,7 +22,7 @@ whose very class follows from such a sign is not judged.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
@@ -35,6 +35,7 @@ from kernelgate.oracle.compare import (
     FloatClass,
     first_positions,
     float_classes,
+    rounds_like_cpu,
     scalar,
     sign_bits,
 )
@@ -75,17 +76,19 @@ class ExpectedClasses:
             classes=classes,
             signs=sign_bits(want, dtype),
             nan=classes == FloatClass.NAN,
-            underflow=(want.detach().cpu() != 0) & (classes == FloatClass.ZERO),
+            underflow=(want.detach() != 0) & (classes == FloatClass.ZERO),
             subnormal=classes == FloatClass.SUBNORMAL,
         )
 
     def with_open_signs(self, open_signs: OpenSigns) -> ExpectedClasses:
         """The same expectation, accepting either sign where ``open_signs`` says the reference
         leaves it open (the class is still judged there)."""
-        return replace(self, sign_open=open_signs.sign_open)
+        return replace(self, sign_open=open_signs.sign_open.to(self.classes.device))
 
     def accepted(self, got: torch.Tensor, flush: FlushPolicy) -> torch.Tensor:
-        """Where ``got`` keeps the expected class and sign under ``flush`` (see ``accepted``)."""
+        """Where ``got`` keeps the expected class and sign under ``flush`` (see ``accepted``),
+        judged on the device of the expectation (``got`` is moved there)."""
+        got = got.to(self.classes.device)
         got_cls = float_classes(got, self.dtype)
         same_sign = (self.signs == sign_bits(got, self.dtype)) | self.nan
         if self.sign_open is not None:
@@ -123,10 +126,11 @@ def class_determined(
     0 and the smallest normal, a normal stays above it, on the same side of zero.
 
     Non-finite results are always judged (1 / -0.0 is -inf). Where the interval crosses a
-    boundary, the class is a rounding question, for the thresholded gates to judge.
+    boundary, the class is a rounding question, for the thresholded gates to judge. On
+    ``want``'s device.
     """
-    ref = want.detach().cpu().to(torch.float64)
-    width = admissible.to(torch.float64)
+    ref = want.detach().to(torch.float64)
+    width = admissible.to(ref.device, torch.float64)
     magnitude, tiny = ref.abs(), float(torch.finfo(dtype).tiny)
     lowest = magnitude - width  # one float64 pass fewer than writing it out twice
     inside = torch.where(
@@ -149,12 +153,15 @@ def subnormal_values(
     Every value is built exactly in float64 (subnormals of fp32/fp16/bf16 are integer
     multiples of the smallest subnormal, all representable in float64) and then cast, so
     the candidate and the oracle see the same bits. The float64 values are drawn on
-    ``device`` (GPUs never flush float64) and cast on the CPU, where no flush-to-zero mode
-    can touch the subnormals of the narrower dtype.
+    ``device`` (GPUs never flush float64) and cast there only where that device rounds to
+    ``dtype`` bit for bit as the CPU does (``rounds_like_cpu``: no flush-to-zero mode, no
+    double rounding), else on the CPU; either way what comes back lies on the CPU.
     """
     with torch.device(device):
         magnitude = _signed_magnitudes(shape, dtype, seed, mix, device)
-    return magnitude.cpu().to(dtype).reshape(shape)  # -0.0 survives the cast
+    if rounds_like_cpu(str(torch.device(device)), dtype):
+        return magnitude.to(dtype).cpu().reshape(shape)  # -0.0 survives the cast
+    return magnitude.cpu().to(dtype).reshape(shape)
 
 
 def _signed_magnitudes(
@@ -212,14 +219,13 @@ class SubnormalGate(Gate):
         if not targets:
             return self.skipped("no floating-point input to feed subnormals or signed zeros")
         flush = ctx.contract.postcondition.flush
-        judged = excluded = undetermined = consulted = 0
-        sign_open = class_open = open_consulted = 0
+        total = _Counts()
         per_case: dict[str, dict[str, int]] = {}
         for index, (name, mix) in enumerate(CASES):
             if ctx.focused_out(self.id, name):  # a replay of another case
                 continue
             seed = ctx.case_seed(self.id, index)
-            case = ctx.drawn_case(name, seed)
+            case = ctx.drawn_case(name, seed, replaced=set(targets))
             case.values = [
                 subnormal_values(tuple(v.shape), v.dtype, seed + 7919 * i, mix, ctx.oracle.device)
                 if i in targets
@@ -233,114 +239,162 @@ class SubnormalGate(Gate):
                 return self.failed(
                     ctx, "output structure differs from the reference", run, structure
                 )
-            case_judged = case_excluded = case_undetermined = 0
-            case_sign_open = case_class_open = 0
+            counts = _Counts()
             for k, (want, got) in enumerate(zip(expected, run.outputs)):
                 if not isinstance(want, torch.Tensor) or not got.is_floating_point():
                     continue
-                dtype = got.dtype
-                wanted = ExpectedClasses.of(want, dtype)  # once for the candidate and runs
-                got_accepted = wanted.accepted(got, flush)
-                determined = class_determined(want, ctx.admissible(case, k, dtype), dtype)
-                case_undetermined += determined.numel() - int(determined.count_nonzero())
-                # Where the candidate or the native run differs from the oracle, ask whether
-                # the reference fixes those signs at all (three float64 runs at most, once per
-                # case): either sign is accepted where it does not, and a class that follows
-                # from an open sign is not judged.
-                first_look = _judged(
-                    determined, wanted, got_accepted, {"native": ctx.native(case)}, k=k, flush=flush
+                judgement = ctx.on_class_judging_device(
+                    got.dtype,
+                    functools.partial(_judge_output, ctx, case, k, want, got, flush),
                 )
-                if first_look[1].any() or not torch.equal(first_look[0], determined):
-                    open_signs = ctx.open_zero_signs(case)[k]
-                    open_consulted += 1
-                    if open_signs is not None:
-                        case_class_open += int((determined & open_signs.class_open).sum())
-                        determined = determined & ~open_signs.class_open
-                        wanted = wanted.with_open_signs(open_signs)
-                        got_accepted = wanted.accepted(got, flush)
-                n_determined = int(determined.count_nonzero())
-                judge = functools.partial(
-                    _judged, determined, wanted, got_accepted, k=k, flush=flush
-                )
-                agree, bad, asked = ctx.judge_classes(case, judge)
-                consulted += asked
-                n_agree = int(agree.count_nonzero())
-                case_judged += n_agree
-                if wanted.sign_open is not None:
-                    case_sign_open += int((agree & wanted.sign_open).count_nonzero())
-                # _judged's agree is determined & (...), so determined & ~agree counts this
-                case_excluded += n_determined - n_agree
-                if bad.any():
-                    n_bad = int(bad.count_nonzero())
-                    findings = [
-                        self._finding(k, pos, want, got, wanted)
-                        for pos in first_positions(bad)[:MAX_POSITIONS]
-                    ]
+                counts.add(judgement.counts)
+                if judgement.mismatched:
+                    so_far = _Counts()
+                    so_far.add(total)
+                    so_far.add(counts)
                     return self.failed(
                         ctx,
-                        f"{n_bad} output position(s) of output {k} lose the oracle's "
-                        f"class or sign on {name} (flush policy {flush.value})",
+                        f"{judgement.mismatched} output position(s) of output {k} lose the "
+                        f"oracle's class or sign on {name} (flush policy {flush.value})",
                         run,
-                        findings,
+                        judgement.findings,
                         {
                             "flush_policy": flush.value,
-                            "mismatched_positions": n_bad,
-                            "judged_positions": judged + case_judged,
-                            "excluded_honest_disagreement": excluded + case_excluded,
-                            "undetermined_positions": undetermined + case_undetermined,
-                            "sign_open_positions": sign_open + case_sign_open,
-                            "class_open_positions": class_open + case_class_open,
+                            "mismatched_positions": judgement.mismatched,
+                            **so_far.position_evidence(),
                         },
                     )
-            judged += case_judged
-            excluded += case_excluded
-            undetermined += case_undetermined
-            sign_open += case_sign_open
-            class_open += case_class_open
-            per_case[name] = {
-                "judged": case_judged,
-                "excluded": case_excluded,
-                "undetermined": case_undetermined,
-                "sign_open": case_sign_open,
-                "class_open": case_class_open,
-            }
+            total.add(counts)
+            per_case[name] = counts.per_case()
         return self.passed(
-            f"class and sign equal the oracle's at {judged} positions over {len(CASES)} "
+            f"class and sign equal the oracle's at {total.judged} positions over {len(CASES)} "
             f"subnormal / signed-zero cases (flush policy {flush.value})",
             {
                 "flush_policy": flush.value,
-                "judged_positions": judged,
-                "excluded_honest_disagreement": excluded,
-                # class or sign within the contract's admissible error of a boundary
-                "undetermined_positions": undetermined,
-                # judged positions whose sign the reference leaves open (either accepted)
-                "sign_open_positions": sign_open,
-                # positions whose class follows from an open sign (not judged)
-                "class_open_positions": class_open,
+                **total.position_evidence(),
                 # outputs of cases for which the open zero signs were computed
-                "open_zero_signs_consulted": open_consulted,
-                "second_implementation_consulted": consulted,
+                "open_zero_signs_consulted": total.open_consulted,
+                "second_implementation_consulted": total.consulted,
                 "cases": per_case,
             },
         )
 
-    @staticmethod
-    def _finding(
-        k: int, pos: tuple[int, ...], want: torch.Tensor, got: torch.Tensor, wanted: ExpectedClasses
-    ) -> dict[str, Any]:
-        dtype = wanted.dtype
-        rounded = want.to(dtype)
-        either_sign = wanted.sign_open is not None and bool(wanted.sign_open[pos])
+
+@dataclass
+class _Counts:
+    """Positions one case's outputs judged, for the gate's evidence."""
+
+    judged: int = 0
+    excluded: int = 0
+    undetermined: int = 0
+    sign_open: int = 0
+    class_open: int = 0
+    open_consulted: int = 0
+    consulted: int = 0
+
+    def add(self, other: _Counts) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def position_evidence(self) -> dict[str, int]:
         return {
-            "output": k,
-            "output_position": list(pos),
-            "expected_class": FloatClass(int(float_classes(rounded[pos], dtype))).name,
-            "actual_class": FloatClass(int(float_classes(got[pos], dtype))).name,
-            "expected_sign": "either" if either_sign else _sign(rounded[pos]),
-            "actual_sign": _sign(got[pos]),
-            "expected": scalar(rounded[pos]),
-            "actual": scalar(got[pos]),
+            "judged_positions": self.judged,
+            "excluded_honest_disagreement": self.excluded,
+            # class or sign within the contract's admissible error of a boundary
+            "undetermined_positions": self.undetermined,
+            # judged positions whose sign the reference leaves open (either accepted)
+            "sign_open_positions": self.sign_open,
+            # positions whose class follows from an open sign (not judged)
+            "class_open_positions": self.class_open,
         }
+
+    def per_case(self) -> dict[str, int]:
+        return {
+            "judged": self.judged,
+            "excluded": self.excluded,
+            "undetermined": self.undetermined,
+            "sign_open": self.sign_open,
+            "class_open": self.class_open,
+        }
+
+
+@dataclass
+class _OutputJudgement:
+    counts: _Counts
+    mismatched: int = 0
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _judge_output(
+    ctx: GateContext,
+    case: Any,
+    k: int,
+    want: torch.Tensor,
+    got: torch.Tensor,
+    flush: FlushPolicy,
+    device: torch.device,
+) -> _OutputJudgement:
+    """Output ``k`` of one case judged on ``device``: the oracle's result, the candidate's
+    and every honest run are moved there, and only counts and a few positions come back."""
+    want, got = want.to(device), got.to(device)
+    dtype = got.dtype
+    counts = _Counts()
+    wanted = ExpectedClasses.of(want, dtype)  # once for the candidate and runs
+    got_accepted = wanted.accepted(got, flush)
+    determined = class_determined(want, ctx.admissible(case, k, dtype), dtype)
+    counts.undetermined = determined.numel() - int(determined.count_nonzero())
+    # Where the candidate or the native run differs from the oracle, ask whether the
+    # reference fixes those signs at all (three float64 runs at most, once per case): either
+    # sign is accepted where it does not, and a class that follows from an open sign is not
+    # judged.
+    first_look = _judged(
+        determined, wanted, got_accepted, {"native": ctx.native(case)}, k=k, flush=flush
+    )
+    if first_look[1].any() or not torch.equal(first_look[0], determined):
+        open_signs = ctx.open_zero_signs(case)[k]
+        counts.open_consulted = 1
+        if open_signs is not None:
+            class_open = open_signs.class_open.to(device)
+            counts.class_open = int((determined & class_open).sum())
+            determined = determined & ~class_open
+            wanted = wanted.with_open_signs(open_signs)
+            got_accepted = wanted.accepted(got, flush)
+    n_determined = int(determined.count_nonzero())
+    judge = functools.partial(_judged, determined, wanted, got_accepted, k=k, flush=flush)
+    agree, bad, asked = ctx.judge_classes(case, judge)
+    counts.consulted = int(asked)
+    counts.judged = int(agree.count_nonzero())
+    if wanted.sign_open is not None:
+        counts.sign_open = int((agree & wanted.sign_open).count_nonzero())
+    # _judged's agree is determined & (...), so determined & ~agree counts this
+    counts.excluded = n_determined - counts.judged
+    if not bad.any():
+        return _OutputJudgement(counts)
+    return _OutputJudgement(
+        counts,
+        mismatched=int(bad.count_nonzero()),
+        findings=[
+            _finding(k, pos, want, got, wanted) for pos in first_positions(bad)[:MAX_POSITIONS]
+        ],
+    )
+
+
+def _finding(
+    k: int, pos: tuple[int, ...], want: torch.Tensor, got: torch.Tensor, wanted: ExpectedClasses
+) -> dict[str, Any]:
+    dtype = wanted.dtype
+    want_at, got_at = want[pos].to(dtype), got[pos]
+    either_sign = wanted.sign_open is not None and bool(wanted.sign_open[pos])
+    return {
+        "output": k,
+        "output_position": list(pos),
+        "expected_class": FloatClass(int(float_classes(want_at, dtype))).name,
+        "actual_class": FloatClass(int(float_classes(got_at, dtype))).name,
+        "expected_sign": "either" if either_sign else _sign(want_at),
+        "actual_sign": _sign(got_at),
+        "expected": scalar(want_at),
+        "actual": scalar(got_at),
+    }
 
 
 def _sign(value: torch.Tensor) -> str:

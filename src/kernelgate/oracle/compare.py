@@ -6,6 +6,8 @@ monkeypatches ``torch.equal`` or ``Tensor.__eq__`` in its own process changes no
 
 from __future__ import annotations
 
+import functools
+import math
 from enum import IntEnum
 from typing import Any
 
@@ -34,24 +36,100 @@ class FloatClass(IntEnum):
 
 
 def float_classes(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Per-element ``FloatClass`` (int8) of ``values`` rounded to ``dtype``.
+    """Per-element ``FloatClass`` (int8) of ``values`` rounded to ``dtype``, on their device.
 
     Rounding first matters: a float64 oracle value can be normal in float64 and subnormal
     (or zero) once rounded to the output dtype, which is the value an honest kernel stores.
+    The rounding happens where ``values`` lie: a caller that moves them to a GPU first asks
+    ``rounds_like_cpu`` whether that device rounds to ``dtype`` bit for bit as the CPU does.
     """
-    t = values.detach().cpu().to(dtype)
-    magnitude = t.abs()
-    classes = torch.full(t.shape, FloatClass.NORMAL, dtype=torch.int8)
-    classes[magnitude < torch.finfo(dtype).tiny] = FloatClass.SUBNORMAL
-    classes[t == 0] = FloatClass.ZERO
-    classes[torch.isinf(t)] = FloatClass.INF
-    classes[torch.isnan(t)] = FloatClass.NAN
+    t = values.detach().to(dtype)
+    if t.element_size() == 1:  # float8 has no comparison kernels; float32 holds it exactly
+        t = t.to(torch.float32)
+    classes = torch.full(t.shape, FloatClass.NORMAL, dtype=torch.int8, device=t.device)
+    classes.masked_fill_(t.abs() < torch.finfo(dtype).tiny, FloatClass.SUBNORMAL)
+    classes.masked_fill_(t == 0, FloatClass.ZERO)
+    classes.masked_fill_(torch.isinf(t), FloatClass.INF)
+    classes.masked_fill_(torch.isnan(t), FloatClass.NAN)
     return classes
 
 
 def sign_bits(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Sign bit of each element after rounding to ``dtype`` (``-0.0`` has it set)."""
-    return torch.signbit(values.detach().cpu().to(dtype))
+    """Sign bit of each element after rounding to ``dtype`` (``-0.0`` has it set), on the
+    values' device (see ``float_classes`` on where the rounding happens)."""
+    return torch.signbit(values.detach().to(dtype))
+
+
+ROUNDING_PROBE_SIZE = 1 << 16  # random values per dtype, besides the fixed boundary values
+
+
+@functools.cache
+def rounds_like_cpu(device: str, dtype: torch.dtype) -> bool:
+    """Whether ``device`` rounds float64 to ``dtype`` bit for bit as the CPU does.
+
+    The exact class gates judge class and sign of ``want.to(dtype)``: judged on a GPU, an
+    output of hundreds of millions of elements takes milliseconds instead of the tens of
+    host seconds a dozen passes over it take in a judge sharing the host with eleven others.
+    That is only sound if the device's cast neither flushes subnormals (a fast-math build)
+    nor rounds twice (float64 to float32 to float16 can differ from one rounding), so this
+    asks the device once per dtype: values around zero, every subnormal binade, the
+    smallest normal, the largest finite value, their halfway points and one float64 ulp to
+    either side of those (where a double rounding shows), and random values over the whole
+    range, rounded on both and compared bitwise (NaN with NaN). Any difference, or a device
+    that cannot cast to ``dtype`` at all, keeps judging on the CPU.
+    """
+    if torch.device(device).type == "cpu":
+        return True
+    probe = _rounding_probe(dtype)
+    try:
+        on_device = probe.to(device).to(dtype).cpu()
+    except (RuntimeError, TypeError):
+        return False
+    return same_rounding(on_device, probe.to(dtype))
+
+
+def same_rounding(rounded: torch.Tensor, on_cpu: torch.Tensor) -> bool:
+    """Whether ``rounded`` (a cast done elsewhere, brought to the CPU) has the bits of the
+    CPU's cast ``on_cpu`` at every position, NaN matching NaN whatever its payload."""
+    both_nan = torch.isnan(on_cpu.to(torch.float64)) & torch.isnan(rounded.to(torch.float64))
+    same = element_bytes(on_cpu).eq(element_bytes(rounded)).all(dim=1) | both_nan
+    return bool(same.all())
+
+
+def _rounding_probe(dtype: torch.dtype) -> torch.Tensor:
+    """float64 values where a cast to ``dtype`` is most likely to go wrong (``rounds_like_cpu``)."""
+    info = torch.finfo(dtype)
+    tiny, eps, largest = float(info.tiny), float(info.eps), float(info.max)
+    smallest = tiny * eps
+    g = torch.Generator().manual_seed(0)
+    # multiples of a quarter of the smallest subnormal: exact values, ties and quarter points
+    steps = torch.randint(0, int(4 / eps) * 2, (ROUNDING_PROBE_SIZE,), generator=g)
+    subnormal = steps.double() * (smallest / 4)
+    # random magnitudes over every binade from below the smallest subnormal to past the max
+    low, high = math.log2(smallest) - 2, math.log2(largest) + 1
+    spread = torch.exp2(
+        torch.rand(ROUNDING_PROBE_SIZE, generator=g, dtype=torch.float64) * (high - low) + low
+    )
+    fixed = torch.tensor(
+        [
+            0.0,
+            smallest,
+            smallest / 2,
+            tiny,
+            tiny - smallest / 2,
+            tiny - smallest,
+            largest,
+            largest * (1 + eps / 2),
+            largest * (1 + eps),
+            math.inf,
+            math.nan,
+        ],
+        dtype=torch.float64,
+    )
+    values = torch.cat([subnormal, spread, fixed])
+    ulp = torch.finfo(torch.float64).eps
+    values = torch.cat([values, values * (1 - ulp), values * (1 + ulp)])
+    return torch.cat([values, -values])
 
 
 def value_classes(tensor: torch.Tensor) -> torch.Tensor:
