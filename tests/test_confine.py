@@ -330,6 +330,25 @@ def test_own_scratch_is_removed_and_caches_point_into_it(tmp_path) -> None:
     assert attempts["env"] == confine.scratch_env(str(scratch))
 
 
+def test_a_library_caching_under_home_loads_and_user_packages_stay_importable(tmp_path) -> None:
+    """CuPy compiles into ``~/.cupy/kernel_cache`` at load; under the read-only root the
+    judge's own ``~`` is not writable, and honest CuPy candidates failed to load (H200 audit,
+    2026-12-04). A worker's ``~`` is its scratch, and ``pip --user`` packages still import."""
+    attack = """
+    import site
+    cache = os.path.join(os.path.expanduser('~'), '.cupy', 'kernel_cache')
+    os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, 'kernel.cubin'), 'wb') as handle:
+        handle.write(b'compiled')
+    attempts['home'] = os.path.expanduser('~')
+    attempts['user_base'] = site.getuserbase()
+    """
+    attempts, _ = _run(tmp_path, attack)
+    scratch = tmp_path / "scratch"
+    assert attempts["home"] == str(scratch)
+    assert attempts["user_base"] == confine.USER_BASE
+
+
 # -- the probe decides whether confinement may be loosened ---------------------------------
 def test_failing_candidate_does_not_get_unconfined(tmp_path, abilities, monkeypatch) -> None:
     """A candidate that fails under confinement on purpose stays confined: the trusted probe

@@ -51,6 +51,7 @@ import json
 import os
 import resource
 import signal
+import site
 import stat
 import sys
 import time
@@ -59,6 +60,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NoReturn
 
 # -- constants from the Linux UAPI headers (sched.h, mount.h, prctl.h, landlock.h) --------
+# Where this Python finds packages installed with ``pip --user``: fixed before a worker's
+# ``HOME`` moves into its scratch (``scratch_env``), so those packages stay importable there.
+USER_BASE = os.environ.get("PYTHONUSERBASE") or site.getuserbase()
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -207,8 +212,18 @@ class Report:
 def scratch_env(scratch: str) -> dict[str, str]:
     """Environment pointing every cache and temporary file of the worker into ``scratch``:
     no cache is shared between candidates (a poisoned Triton cache or torch extension build
-    would otherwise contaminate a later candidate's judging)."""
+    would otherwise contaminate a later candidate's judging).
+
+    ``HOME`` too: libraries write under ``~`` without asking (CuPy compiles its kernels into
+    ``~/.cupy/kernel_cache`` at load), and under the read-only root ``~`` is not writable,
+    so honest CuPy candidates failed to load (CUDA-L1 h100 L2/T37, L2/T87, L3/T34 in the
+    H200 audit of 2026-12-04: "Read-only file system: '/root/.cupy'"). ``PYTHONUSERBASE``
+    keeps the packages a user installed under the old ``~`` importable.
+    """
     return {
+        "HOME": scratch,
+        "PYTHONUSERBASE": USER_BASE,
+        "CUPY_CACHE_DIR": os.path.join(scratch, "cupy"),
         "TMPDIR": scratch,
         "TRITON_CACHE_DIR": os.path.join(scratch, "triton"),
         "TRITON_HOME": scratch,
