@@ -301,3 +301,44 @@ def test_an_audit_applies_the_rule_and_reports_the_share(tmp_path: Path) -> None
     assert "Authored share of device time" in (out / "report.md").read_text()
     other = kernelgate(*command, "--resume")  # without the option: other settings
     assert other.returncode == 2 and "other settings" in other.stderr
+
+
+class _EmptyTrace:
+    """A profiler whose trace holds no device event, as every worker's did in the H200
+    audit of 2026-12-04 (its own CUDA kernels included)."""
+
+    def __init__(self, **_: Any) -> None:
+        self.function_events: list[Any] = []
+
+    def __enter__(self) -> _EmptyTrace:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        return None
+
+
+def test_a_profiler_that_traces_no_device_work_is_a_measurement_that_did_not_happen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An empty trace of a known launch is not "no kernel ran": measure refuses, the worker
+    reports why, and AUTH-01 is skipped with that reason instead of rejecting at share 0."""
+    import torch.autograd.profiler as autograd_profiler
+    from torch.profiler import ProfilerActivity
+
+    from kernelgate.sandbox.authorship import AuthorshipProbe
+
+    monkeypatch.setattr(autograd_profiler, "profile", _EmptyTrace)
+    monkeypatch.setattr(autograd_profiler, "_supported_activities", lambda: {ProfilerActivity.CUDA})
+    launched: list[str] = []
+    probe = AuthorshipProbe()
+    monkeypatch.setattr(probe, "_probe_launch", lambda: launched.append("probe"))
+    called: list[str] = []
+    with pytest.raises(RuntimeError, match="CUPTI"):
+        probe.measure(lambda: called.append("call"), "cuda")
+    assert launched == ["probe"] and called == []  # the candidate's call is not profiled
+    with pytest.raises(RuntimeError, match="CUPTI"):  # asked once per worker
+        probe.measure(lambda: called.append("call"), "cuda")
+    assert launched == ["probe"]
+    why = "the worker's authorship profile failed: RuntimeError: ... (CUPTI) ..."
+    rule = authorship_rule(authorship_evidence(None, why), 0.5)
+    assert rule.status is Status.SKIPPED and "CUPTI" in rule.message

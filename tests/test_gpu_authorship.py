@@ -77,3 +77,31 @@ def test_the_honest_triton_softmax_passes_auth01_on_the_device() -> None:
     rule = next(r for r in verdict.rules if r.id == "AUTH-01")
     assert rule.status is Status.PASS, rule.message
     assert verdict.authorship is not None and verdict.authorship["authored_share"] > 0.9
+
+
+def test_an_audit_on_the_device_sees_the_candidates_extension_kernel(tmp_path: Path) -> None:
+    """The audit's path (a judge forked by the zygote, a confined worker) must trace device
+    work as the verify path does: in the H200 audit of 2026-12-04 every worker's trace was
+    empty, its own CUDA kernels included, and AUTH-01 read a share of 0 for 156 records.
+    Since then an empty trace of a known launch makes the measure not happen (skipped, with
+    why); this asserts the measure happens and finds the candidate's kernel."""
+    import sqlite3
+
+    from .conftest import audit_command, kernelgate
+
+    corpus = tmp_path / "corpus" / "cuda_softmax"
+    corpus.mkdir(parents=True)
+    (corpus / "reference.py").write_text((SOFTMAX / "reference.py").read_text())
+    (corpus / "candidate.py").write_text((DATA / "cuda_softmax.py").read_text())
+    out = tmp_path / "out"
+    command = audit_command(corpus.parent, out, "--only", "CMP-01", "--workers", "1")
+    result = kernelgate(*command, "--device", "cuda", "--min-authored-share", "0.5")
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(out / "audit.sqlite") as db:
+        (data,) = db.execute("SELECT data FROM rows").fetchone()
+    row = json.loads(data)
+    evidence = json.loads((out / row["evidence"]).read_text())["authorship"]
+    print(f"\naudit row: {row['verdict']} {row['failed_rules']} {json.dumps(evidence)[:2000]}")
+    assert evidence["how"] == "cuda-kineto", evidence
+    assert row["authored_share"] is not None and row["authored_share"] > 0.9, evidence
+    assert "AUTH-01" not in row["failed_rules"]

@@ -91,6 +91,7 @@ class AuthorshipProbe:
         self.launches: Counter[str] = Counter()  # authored launches in the profiled call
         self.authored_names: set[str] = set()  # compiled names of authored Triton kernels
         self.notes: list[str] = []
+        self._device_tracing: bool | None = None  # _traces_device_work's answer, once known
         self._authored_files: dict[str, bool] = {}
 
     def install(self, candidate_path: str, interpreter: bool) -> None:
@@ -174,6 +175,11 @@ class AuthorshipProbe:
                 # autograd's profiler would fall back to CPU-side timing: no device events,
                 # which would read as "no kernel of its own"
                 raise RuntimeError("this torch's Kineto has no CUDA activity (no CUPTI)")
+            if not self._traces_device_work(profile):
+                raise RuntimeError(
+                    "the profiler recorded no device event for a kernel of its own launched "
+                    "under it: CUDA activity tracing (CUPTI) does not work in this worker"
+                )
         self.launches = Counter()
         with profile(use_kineto=True, use_device="cuda" if cuda else None) as prof:
             self.profiling = True
@@ -191,6 +197,34 @@ class AuthorshipProbe:
             how = "cpu-interpreter"
         notes, self.notes = self.notes[:MAX_NOTES], []
         return {"how": how, "kernels": bounded_kernels(kernels), "notes": notes}
+
+    def _traces_device_work(self, profile: Callable[..., Any]) -> bool:
+        """Whether a profile of a known launch holds a device event, asked once per worker.
+
+        A trace without device events reads as "no kernel ran", which AUTH-01 would take
+        for a share of 0 and reject: in the H200 audit of 2026-12-04 every candidate's
+        trace was empty, its own CUDA kernels included, and 156 of 158 were rejected so.
+        An empty trace of a known launch says the measurement itself does not work (it then
+        does not happen, and AUTH-01 says skipped and why); it also starts CUPTI before the
+        profiled call, outside its trace.
+        """
+        if self._device_tracing is None:
+            from torch.autograd import DeviceType
+
+            with profile(use_kineto=True, use_device="cuda") as prof:
+                self._probe_launch()
+            self._device_tracing = any(
+                getattr(e, "device_type", None) == DeviceType.CUDA for e in prof.function_events
+            )
+        return self._device_tracing
+
+    @staticmethod
+    def _probe_launch() -> None:
+        """One small kernel on the current device, waited for."""
+        import torch
+
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
 
     def _interpreted_kernels(self, events: list[Any]) -> list[dict[str, Any]]:
         """Our Triton launch ranges, and top-level aten ops outside them, with wall time."""
