@@ -163,6 +163,13 @@ def test_cmp03_traces_each_step_and_keeps_few_sized_oracles(
             name = re.escape(f"CMP-03 {step} [{shape['label']}]")
             assert any(re.fullmatch(name + r" \.\.\.", line) for line in lines), (step, shape)
             assert any(re.fullmatch(name + r" \d+\.\d s", line) for line in lines), (step, shape)
+    # verify's own phases before the gates are traced the same way, in order
+    phases = [
+        m.group(1)
+        for line in lines
+        if (m := re.fullmatch(r"verify (.+) \[verify\] \d+\.\d s", line))
+    ]
+    assert phases == ["contract", "oracle", "candidate load"]
 
 
 def test_cmp03_keeps_sizes_that_shape_no_input_within_the_footprint_limit() -> None:
