@@ -207,9 +207,12 @@ class TokenMixer(nn.Module):
       size as the others) through the short conv, dt = softplus(linear + dt_bias), A =
       -exp(A_log), D a per-head skip; the output gate plays Mamba-2's z.
 
-    Gates (g, dt, A) are computed in fp32 whatever autocast does: small log-decays summed
-    over hundreds of steps lose everything in bf16. q, k, v (x, B, C) and beta go to the
-    kernel in the activation dtype, as the kernel tests exercise them.
+    Gates (g, dt, A, D) are formed and handed over in fp32 whatever autocast does (their
+    projections still run in autocast's bf16): the kernels take log decays in fp32 and sum
+    them in fp64, and a bf16 g would round every step's decay to three significant digits
+    before that sum over hundreds of steps. q, k, v (x, B, C) and beta go to the kernel in
+    the activation dtype, as the kernel tests exercise them. A float64 model (step_check's)
+    hands our kernels fp32 and the naive recurrence float64 throughout.
     """
 
     def __init__(
