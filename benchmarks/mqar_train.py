@@ -26,6 +26,7 @@ import platform
 import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -63,6 +64,27 @@ def environment(device: torch.device) -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join([sys.executable, *sys.argv]),
     }
+
+
+def with_overrides(config: MQARConfig, overrides: list[str]) -> MQARConfig:
+    """``config`` with ``field=value`` overrides, each value parsed as its field's default's
+    type (so a device run can change the task or the learning rate without an edit)."""
+    current = config.to_dict()
+    changes: dict[str, Any] = {}
+    for item in overrides:
+        name, sep, text = item.partition("=")
+        if not sep or name not in current:
+            raise typer.BadParameter(
+                f"--set {item!r}: expected FIELD=VALUE, FIELD in {list(current)}"
+            )
+        kind = type(current[name])
+        if kind is bool:
+            changes[name] = text.lower() in ("1", "true", "yes")
+        elif kind is tuple:
+            changes[name] = tuple(float(x) for x in text.split(","))
+        else:
+            changes[name] = kind(text)
+    return replace(config, **changes)
 
 
 def plot(report: dict[str, Any], plots_dir: Path) -> list[Path]:
@@ -155,6 +177,12 @@ def main(
         bool, typer.Option(help="Run step_check for each member before training.")
     ] = True,
     check_batch: Annotated[int, typer.Option(help="Batch size of the step check.")] = 4,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="Override a config field, e.g. --set lr=3e-3 --set num_kv_pairs=8."
+        ),
+    ] = None,
 ) -> None:
     """Train each member on MQAR; write the report and the loss and recall plots."""
     start = time.perf_counter()
@@ -166,7 +194,7 @@ def main(
     unknown = [m for m in names if m not in MEMBERS]
     if unknown:
         raise typer.BadParameter(f"unknown members {unknown}; choose from {MEMBERS}")
-    config = MQARConfig.tiny() if tiny else MQARConfig()
+    config = with_overrides(MQARConfig.tiny() if tiny else MQARConfig(), overrides or [])
     out = out or ROOT / "benchmarks" / "results" / f"mqar-{device_slug(dev)}.json"
     report: dict[str, Any] = {
         "schema": "kernelgate.mqar-train/1",

@@ -7,7 +7,11 @@ the ``gpu`` tests train for real and check the step for every member at the devi
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -181,6 +185,25 @@ def test_training_stops_inside_its_time_budget():
     assert 0 < history["steps_done"] < 10_000
     assert history["eval"][-1]["step"] == history["steps_done"]
     assert history["seconds"] < budget + 10.0
+
+
+def test_benchmark_cli_writes_report_and_plots(tmp_path):
+    """benchmarks/mqar_train.py end to end at the tiny config: the report (config, history,
+    environment, command) and both plots, with a config override honoured."""
+    root = Path(__file__).resolve().parents[2]
+    out, plots = tmp_path / "mqar.json", tmp_path / "plots"
+    command = [sys.executable, str(root / "benchmarks" / "mqar_train.py"), "--tiny"]
+    command += ["--device", "cpu", "--members", "mamba2", "--steps", "2", "--no-check"]
+    command += ["--set", "eval_every=1", "--out", str(out), "--plots-dir", str(plots)]
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "TRITON_INTERPRET": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert report["tiny"] and report["config"]["eval_every"] == 1
+    history = report["members"]["mamba2"]["history"]
+    assert history["steps_done"] == 2 and [r["step"] for r in history["eval"]] == [0, 1, 2]
+    assert "mqar_train.py" in report["environment"]["command"]
+    assert sorted(p.name for p in plots.iterdir()) == ["training-loss.png", "training-recall.png"]
 
 
 # --------------------------------------------------------------------------------------------
