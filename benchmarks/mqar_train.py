@@ -106,10 +106,11 @@ def plot(report: dict[str, Any], plots_dir: Path) -> list[Path]:
             history = run["history"]
             if kind == "loss" and history["train"]:
                 steps = [r["step"] for r in history["train"]]
-                ema, smooth = None, []
-                for r in history["train"]:  # EMA over ~20 steps: fresh batches are noisy
-                    ema = r["loss"] if ema is None else 0.95 * ema + 0.05 * r["loss"]
-                    smooth.append(ema)
+                ema, smooth = 0.0, []
+                # Bias-corrected EMA over ~20 steps: fresh batches make the raw loss noisy.
+                for n, r in enumerate(history["train"], start=1):
+                    ema = 0.95 * ema + 0.05 * r["loss"]
+                    smooth.append(ema / (1 - 0.95**n))
                 (line,) = ax.plot(steps, smooth, label=f"{member} (train, EMA)")
                 ev = history["eval"]
                 ax.plot(
