@@ -46,7 +46,9 @@ kernels 128 registers, and a few bytes spill where more values stay live than th
 the tail masks' predicates, saved to registers that then spill). What keeps every forward
 specialization spill-free with Triton 3.6 and 3.9 (benchmarks/gdn_bwd_resources.py
 --forward-only): W and U built by their own kernel (``_wy_apply_fwd_kernel``), not in the
-program that builds Tinv (which spilled 12-36 bytes at K = 1, 31, 64); the output's two
+program that builds Tinv (which spilled 12-36 bytes at K = 1, 31, 64), and its head count
+a runtime value (its H = 1 specialization spilled 36 bytes at K = 31 with Triton 3.6); the
+output's two
 products built in separate passes, Q H staged through memory (4 bytes at K = 1); scalar
 int64 chunk bases with int32 offsets inside the chunk in the scan, instead of per-element
 int64 row indices (8 bytes at K = V = 31), and its head count a runtime value (4 bytes at
@@ -109,7 +111,9 @@ def _forward_substitute(l_ptr, rows, valid, rhs, S: tl.constexpr, C: tl.constexp
     return z
 
 
-@triton.jit(do_not_specialize=["K_END"])  # a loop count of 1 must stay a loop
+# H a runtime value: as a constexpr, its H = 1 specialization spilled 36 bytes with Triton 3.6
+# at K = 31; K_END: a loop count of 1 must stay a loop.
+@triton.jit(do_not_specialize=["K_END", "H"])
 def _wy_fwd_kernel(
     k_ptr,
     g_ptr,
@@ -119,7 +123,7 @@ def _wy_fwd_kernel(
     tb_ptr,
     tbg_ptr,  # outputs (fp32): Tinv diag(beta), Tinv diag(beta gamma), for _wy_apply_fwd_kernel
     T,
-    H: tl.constexpr,
+    H,
     K: tl.constexpr,
     C: tl.constexpr,
     S: tl.constexpr,
