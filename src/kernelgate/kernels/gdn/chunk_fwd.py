@@ -46,13 +46,12 @@ kernels 128 registers, and a few bytes spill where more values stay live than th
 the tail masks' predicates, saved to registers that then spill). What keeps every forward
 specialization spill-free with Triton 3.6 and 3.9 (benchmarks/gdn_bwd_resources.py
 --forward-only): W and U built by their own kernel (``_wy_apply_fwd_kernel``), not in the
-program that builds Tinv (which spilled 12-36 bytes at K = 1, 31, 64), and its head count
-a runtime value (its H = 1 specialization spilled 36 bytes at K = 31 with Triton 3.6); the
-output's two
-products built in separate passes, Q H staged through memory (4 bytes at K = 1); scalar
-int64 chunk bases with int32 offsets inside the chunk in the scan, instead of per-element
-int64 row indices (8 bytes at K = V = 31), and its head count a runtime value (4 bytes at
-H = 1, K = 31 with Triton 3.6). None of these changes an operation's inputs or
+program that builds Tinv (which spilled 12-36 bytes at K = 1, 31, 64), and its head count a
+runtime value (its H = 1 specialization spilled 36 bytes at K = 31 with Triton 3.6); the
+output's two products built in separate passes, Q H staged through memory (4 bytes at K =
+1); scalar int64 chunk bases with int32 offsets inside the chunk in the scan, instead of
+per-element int64 row indices (8 bytes at K = V = 31), and its head count a runtime value (4
+bytes at H = 1, K = 31 with Triton 3.6). None of these changes an operation's inputs or
 order: the results are bitwise those of the fused kernels.
 
 Inputs are loaded and converted to fp32; every intermediate that is re-read (Tinv, W, U, Vn,
