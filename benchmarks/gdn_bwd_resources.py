@@ -12,9 +12,13 @@ machine has 3.9, and the two emit different PTX for the same kernel, so a kernel
 spill-free for RES-02 when it is under both.
 
     PYTHONPATH=src python benchmarks/gdn_bwd_resources.py [--triton36 /tmp/tr36site] [--forward]
-        [--from-evidence VERDICT.json] [--out FILE]
+        [--forward-only] [--from-evidence VERDICT.json] [--out FILE]
 
-``--forward`` records the forward kernels' launches too. ``--from-evidence`` compiles, instead
+``--forward`` records the forward kernels' launches too. ``--forward-only`` runs only the
+forward, over the wider grid ``FORWARD_CASES`` (every K in {1, 31, 32, 64, 128} with every V in
+{1, 31, 32, 128}, fp32 and bf16, one and two heads, with and without an initial state: the
+tiny, ragged and block-sized head dims CMP-03 draws), and compiles each distinct forward
+specialization once. ``--from-evidence`` compiles, instead
 of recorded launches, every specialization a verdict's RES-02 evidence lists (what the CPU
 judge compiled with the installed Triton), so the judge's own kernel set can be compiled with
 Triton 3.6 as well (a whole verify under Triton 3.6 cannot run here: its interpreter fails
@@ -67,6 +71,16 @@ CASES = (
     (1, 32, 32, torch.float32),
 )
 HEADS = int(os.environ.get("GDN_RES_HEADS", "2"))
+# --forward-only: (T, K, V, dtype, heads, initial state); the forward kernels specialize on
+# K, V, H, the dtype (PREC) and, in the scan, on whether there is an initial state.
+FORWARD_CASES = tuple(
+    (70, dim_k, dim_v, dtype, heads, with_h0)
+    for dim_k in (1, 31, 32, 64, 128)
+    for dim_v in (1, 31, 32, 128)
+    for dtype in (torch.float32, torch.bfloat16)
+    for heads in (1, 2)
+    for with_h0 in (False, True)
+)
 _COMPILE = (
     "import json, sys, triton\n"
     "from kernelgate.sandbox.resources import compile_records\n"
@@ -101,6 +115,42 @@ def record_launches(forward: bool = False) -> list[dict]:
             if r.get("backend") == "triton-interpreter"
             and (forward or r["name"].endswith("_bwd_kernel"))
         ]
+    finally:
+        InterpretedFunction.run = original_run
+
+
+def record_forward_launches() -> list[dict]:
+    """Every distinct forward-kernel specialization over ``FORWARD_CASES`` (forward only)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    recorder = LaunchRecorder()
+    original_run = InterpretedFunction.run
+    recorder.install(interpreter=True)
+    try:
+        with torch.no_grad():
+            for seq_len, dim_k, dim_v, dtype, heads, with_h0 in FORWARD_CASES:
+                shape = (1, seq_len, heads)
+                q = torch.randn(*shape, dim_k).to(dtype)
+                k = F.normalize(torch.randn(*shape, dim_k), dim=-1).to(dtype)
+                v = torch.randn(*shape, dim_v).to(dtype)
+                g = F.logsigmoid(torch.randn(shape))
+                beta = torch.rand(shape).to(dtype)
+                h0 = torch.randn(1, heads, dim_k, dim_v) if with_h0 else None
+                chunk_gated_delta_rule(
+                    q, k, v, g, beta, initial_state=h0, output_final_state=with_h0
+                )
+        records, seen = [], set()
+        for r in recorder.drain():
+            if r.get("backend") != "triton-interpreter" or not r["name"].endswith("_fwd_kernel"):
+                continue
+            key = json.dumps(
+                {k: r.get(k) for k in ("name", "signature", "constexprs", "attrs", "options")},
+                sort_keys=True,
+            )
+            if key not in seen:
+                seen.add(key)
+                records.append(r)
+        return records
     finally:
         InterpretedFunction.run = original_run
 
@@ -156,6 +206,11 @@ def main() -> None:
         "--forward", action="store_true", help="the forward kernels' launches as well"
     )
     parser.add_argument(
+        "--forward-only",
+        action="store_true",
+        help="only the forward kernels, over FORWARD_CASES (each specialization once)",
+    )
+    parser.add_argument(
         "--from-evidence",
         type=Path,
         help="compile the kernels of this verdict's RES-02 evidence instead of recording",
@@ -163,6 +218,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.from_evidence:
         records = records_from_evidence(args.from_evidence)
+    elif args.forward_only:
+        records = record_forward_launches()
     else:
         records = record_launches(args.forward)
     rows = []
@@ -180,7 +237,10 @@ def main() -> None:
                     "kernel": result.get("name", record["name"]),
                     "K": constexprs.get("K"),
                     "V": constexprs.get("V"),
+                    # _wy_apply_fwd_kernel: D = K (the W launch) or V (the U launch)
+                    "D": constexprs.get("D"),
                     "H": constexprs.get("H"),
+                    "initial_state": constexprs.get("HAS_H0"),
                     "precision": constexprs.get("PREC"),
                     "num_warps": record.get("options", {}).get("num_warps"),
                     "registers": result.get("registers"),
@@ -191,7 +251,8 @@ def main() -> None:
             )
             row = rows[-1]
             print(
-                f"triton {version:6} {row['kernel']:20} K={row['K']!s:<4} V={row['V']!s:<4} "
+                f"triton {version:6} {row['kernel']:20} H={row['H']!s:<2} K={row['K']!s:<4} "
+                f"V={row['V']!s:<4} D={row['D']!s:<4} h0={row['initial_state']!s:<5} "
                 f"{row['precision']!s:5} regs={row['registers']} spill={row['spill_bytes']}"
                 + (f" ERROR {str(row['error'])[:200]}" if row["error"] else "")
             )
@@ -199,13 +260,20 @@ def main() -> None:
     print(f"offline compile (s): {timings}; {len(spilling)} of {len(rows)} rows spill or fail")
     if args.out:
         report = {
-            "what": "sm_90 offline compile of the gdn backward kernels (RES-02's CPU path)",
+            "what": "sm_90 offline compile of the gdn "
+            + ("forward" if args.forward_only else "backward")
+            + " kernels (RES-02's CPU path)",
             "command": "PYTHONPATH=src python benchmarks/gdn_bwd_resources.py"
             + (" --forward" if args.forward else "")
+            + (" --forward-only" if args.forward_only else "")
             + " --out FILE",
             "from_evidence": str(args.from_evidence) if args.from_evidence else None,
-            "cases": None if args.from_evidence else [[t, k, v, str(d)] for t, k, v, d in CASES],
-            "heads": HEADS,
+            "cases": None
+            if args.from_evidence
+            else [
+                [*c[:3], str(c[3]), *c[4:]] for c in (FORWARD_CASES if args.forward_only else CASES)
+            ],
+            "heads": [1, 2] if args.forward_only else HEADS,
             "compile_seconds": timings,
             "rows": rows,
         }

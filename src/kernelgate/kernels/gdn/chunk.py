@@ -13,7 +13,12 @@ from kernelgate.kernels.gdn.chunk_bwd import (
     _wy_da_bwd_kernel,
     _wy_dkv_bwd_kernel,
 )
-from kernelgate.kernels.gdn.chunk_fwd import _output_fwd_kernel, _state_fwd_kernel, _wy_fwd_kernel
+from kernelgate.kernels.gdn.chunk_fwd import (
+    _output_fwd_kernel,
+    _state_fwd_kernel,
+    _wy_apply_fwd_kernel,
+    _wy_fwd_kernel,
+)
 
 CHUNK_SIZE = 64
 SUB_BLOCK = 16  # the WY inverse works on block rows of 16 steps of the 64 x 64 chunk matrix
@@ -25,6 +30,7 @@ MAX_HEAD_DIM_K = 256  # the largest K the kernels are verified for
 # checks the offline compile); every test passed compiled on an H200 with these settings.
 NUM_WARPS = {
     "wy_fwd": 8,
+    "wy_apply_fwd": 8,
     "state_fwd": 8,
     "output_fwd": 8,
     "state_bwd": 8,
@@ -127,29 +133,40 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
     t_beta_gamma = torch.empty_like(a_inv)
     _wy_fwd_kernel[(num_chunks, batch * heads)](
         k,
-        v,
         g,
         beta,
         g_cum,
         a_inv,
-        w,
-        u,
         t_beta,
         t_beta_gamma,
         seq_len,
         H=heads,
         K=dim_k,
-        V=dim_v,
         C=CHUNK_SIZE,
         S=SUB_BLOCK,
-        RC=REDUCE_BLOCK,
         BK=block_k,
-        BV=block_v,
         K_END=_round_up(dim_k, block_k),
-        V_END=_round_up(dim_v, block_v),
         PREC=prec,
         num_warps=NUM_WARPS["wy_fwd"],
     )
+    for scaled_tinv, x, out, dim, block in (
+        (t_beta_gamma, k, w, dim_k, block_k),  # W = Tinv diag(beta gamma) K
+        (t_beta, v, u, dim_v, block_v),  # U = Tinv diag(beta) V
+    ):
+        _wy_apply_fwd_kernel[(num_chunks, batch * heads)](
+            scaled_tinv,
+            x,
+            out,
+            seq_len,
+            H=heads,
+            D=dim,
+            C=CHUNK_SIZE,
+            RC=REDUCE_BLOCK,
+            BD=block,
+            D_END=_round_up(dim, block),
+            PREC=prec,
+            num_warps=NUM_WARPS["wy_apply_fwd"],
+        )
     del t_beta, t_beta_gamma
 
     states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
@@ -187,6 +204,7 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
 
     o = torch.empty_like(v)
     scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    q_states = torch.empty(batch, seq_len, heads, dim_v, **f32)  # scratch: Q H per chunk
     _output_fwd_kernel[(num_chunks, batch * heads)](
         q,
         k,
@@ -195,6 +213,7 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
         states,
         o,
         scores,
+        q_states,
         seq_len,
         num_chunks,
         scale,

@@ -10,9 +10,10 @@ Notation for one chunk of C steps of one (batch, head), positions i, j in [0, C)
   ``O = scale * (diag(gamma) Q H + (Q K^T * exp(G_i - G_j) * [j <= i]) Vn)`` and
   ``H_next = exp(G_L) H + K^T diag(exp(G_L - G)) Vn``.
 
-Three kernels: ``_wy_fwd_kernel`` (one program per chunk, all chunks in parallel),
-``_state_fwd_kernel`` (the only sequential part, one program per (batch, head, V block)),
-``_output_fwd_kernel`` (one program per chunk, all of V).
+Four kernels: ``_wy_fwd_kernel`` (one program per chunk, all chunks in parallel: G, Tinv and
+its two column-scaled copies), ``_wy_apply_fwd_kernel`` (one program per chunk, launched twice:
+W, then U, from those copies), ``_state_fwd_kernel`` (the only sequential part, one program
+per (batch, head, V block)), ``_output_fwd_kernel`` (one program per chunk, all of V).
 
 Numerics:
 
@@ -40,6 +41,19 @@ reduce over at most ``REDUCE_BLOCK`` (32) columns per dot. Tile loops take their
 runtime value that is never 1 (K or V rounded up to whole tiles), since Triton compiles an
 argument equal to 1 as a constant and would fold a one-tile loop into a bare dot.
 
+Spills at tiny and ragged head sizes (K or V = 1, 31): ptxas usually allots these 8-warp
+kernels 128 registers, and a few bytes spill where more values stay live than that (often
+the tail masks' predicates, saved to registers that then spill). What keeps every forward
+specialization spill-free with Triton 3.6 and 3.9 (benchmarks/gdn_bwd_resources.py
+--forward-only): W and U built by their own kernel (``_wy_apply_fwd_kernel``), not in the
+program that builds Tinv (which spilled 12-36 bytes at K = 1, 31, 64), and its head count a
+runtime value (its H = 1 specialization spilled 36 bytes at K = 31 with Triton 3.6); the
+output's two products built in separate passes, Q H staged through memory (4 bytes at K =
+1); scalar int64 chunk bases with int32 offsets inside the chunk in the scan, instead of
+per-element int64 row indices (8 bytes at K = V = 31), and its head count a runtime value (4
+bytes at H = 1, K = 31 with Triton 3.6). None of these changes an operation's inputs or
+order: the results are bitwise those of the fused kernels.
+
 Inputs are loaded and converted to fp32; every intermediate that is re-read (Tinv, W, U, Vn,
 the chunk states H, the decayed scores) is kept in fp32. ``PREC`` picks the tl.dot precision:
 "ieee" for fp32 inputs (true fp32, also what the CPU interpreter does), "tf32" for 16-bit
@@ -65,7 +79,7 @@ def _decay(g_rows, g_cols, valid):
 
 
 @triton.jit
-def _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H: tl.constexpr, C: tl.constexpr):
+def _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C: tl.constexpr):
     """The chunk's fp64 cumulative gates and the last valid one. Padded tail steps get G_L,
     so every decay the kernels form stays finite and padded rows contribute nothing."""
     t_idx = i_n * C + tl.arange(0, C)
@@ -96,40 +110,37 @@ def _forward_substitute(l_ptr, rows, valid, rhs, S: tl.constexpr, C: tl.constexp
     return z
 
 
-@triton.jit(do_not_specialize=["K_END", "V_END"])  # a loop count of 1 must stay a loop
+# H a runtime value: as a constexpr, its H = 1 specialization spilled 36 bytes with Triton 3.6
+# at K = 31; K_END: a loop count of 1 must stay a loop.
+@triton.jit(do_not_specialize=["K_END", "H"])
 def _wy_fwd_kernel(
     k_ptr,
-    v_ptr,
     g_ptr,
     beta_ptr,  # inputs
     gcum_ptr,  # output (fp64)
-    ainv_ptr,
-    w_ptr,
-    u_ptr,  # outputs (fp32)
+    ainv_ptr,  # output (fp32)
     tb_ptr,
-    tbg_ptr,  # scratch (fp32): Tinv diag(beta), Tinv diag(beta gamma)
+    tbg_ptr,  # outputs (fp32): Tinv diag(beta), Tinv diag(beta gamma), for _wy_apply_fwd_kernel
     T,
-    H: tl.constexpr,
+    H,
     K: tl.constexpr,
-    V: tl.constexpr,
     C: tl.constexpr,
     S: tl.constexpr,
-    RC: tl.constexpr,
     BK: tl.constexpr,
-    BV: tl.constexpr,
     K_END,
-    V_END,
     PREC: tl.constexpr,
 ):
     """Per chunk: G = cumsum(g) (fp64), Tinv = (I + A)^-1 by blocked forward substitution,
-    W = Tinv diag(beta gamma) K and U = Tinv diag(beta) V.
+    and the copies Tinv diag(beta) and Tinv diag(beta gamma) from which _wy_apply_fwd_kernel
+    builds U and W (in this program, those two products made it spill, see the module
+    docstring).
 
     A is computed whole and stored in the Tinv buffer; then each block row r of S rows
     becomes Tinv's block row r in place: Y = A[r, :rS] Tinv[:rS, :] (a dot over rows already
     final), then (I + A_rr) Z = [-Y | I | 0] by row-wise substitution. Block rows go through
     memory, ordered by CTA barriers, so every dot reads both operands from memory (see the
-    module docstring). ``K_END``, ``V_END`` (K and V rounded up to whole tiles) are runtime
-    values, never 1, so even a single-tile loop stays a loop (see chunk.py, _round_up).
+    module docstring). ``K_END`` (K rounded up to whole tiles) is a runtime value, never 1,
+    so even a single-tile loop stays a loop (see chunk.py, _round_up).
     """
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -192,45 +203,56 @@ def _wy_fwd_kernel(
         )
         tl.debug_barrier()
 
-    # W = (Tinv diag(beta gamma)) K and U = (Tinv diag(beta)) V, reducing over RC columns.
+
+@triton.jit(do_not_specialize=["D_END"])  # a loop count of 1 must stay a loop
+def _wy_apply_fwd_kernel(
+    t_ptr,  # input (fp32, from _wy_fwd_kernel): Tinv diag(beta gamma) or Tinv diag(beta)
+    x_ptr,  # input: k or v, [B, T, H, D]
+    out_ptr,  # output (fp32): W or U, [B, T, H, D]
+    T,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    C: tl.constexpr,
+    RC: tl.constexpr,
+    BD: tl.constexpr,
+    D_END,
+    PREC: tl.constexpr,
+):
+    """Per chunk: out = t x, in column tiles of BD, reducing over RC chunk steps per dot with
+    both operands loaded from memory; W = (Tinv diag(beta gamma)) K and U = (Tinv diag(beta))
+    V are two launches of this kernel."""
+    i_n = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = (i_bh // H).to(tl.int64)
+    i_h = i_bh % H
+    o_c = tl.arange(0, C)
+    t_idx = i_n * C + o_c
+    m_t = t_idx < T
+    row = (i_b * T + t_idx) * H + i_h
     o_rc = tl.arange(0, RC)
-    for k0 in range(0, K_END, BK):
-        o_k = k0 + tl.arange(0, BK)
-        m_k = o_k < K
-        acc = tl.zeros([C, BK], dtype=tl.float32)
+    for d0 in range(0, D_END, BD):
+        o_d = d0 + tl.arange(0, BD)
+        m_d = o_d < D
+        acc = tl.zeros([C, BD], dtype=tl.float32)
         for i_c in range(0, C // RC):
             t_c = i_n * C + i_c * RC + o_rc
             rows_c = (i_b * T + t_c) * H + i_h
             b_t = tl.load(
-                tbg_ptr + row[:, None] * C + i_c * RC + o_rc[None, :], mask=m_t[:, None], other=0.0
+                t_ptr + row[:, None] * C + i_c * RC + o_rc[None, :], mask=m_t[:, None], other=0.0
             )
-            b_k = tl.load(
-                k_ptr + rows_c[:, None] * K + o_k[None, :],
-                mask=(t_c < T)[:, None] & m_k[None, :],
+            b_x = tl.load(
+                x_ptr + rows_c[:, None] * D + o_d[None, :],
+                mask=(t_c < T)[:, None] & m_d[None, :],
                 other=0.0,
             ).to(tl.float32)
-            acc += tl.dot(b_t, b_k, input_precision=PREC)
-        tl.store(w_ptr + row[:, None] * K + o_k[None, :], acc, mask=m_t[:, None] & m_k[None, :])
-    for v0 in range(0, V_END, BV):
-        o_v = v0 + tl.arange(0, BV)
-        m_v = o_v < V
-        acc = tl.zeros([C, BV], dtype=tl.float32)
-        for i_c in range(0, C // RC):
-            t_c = i_n * C + i_c * RC + o_rc
-            rows_c = (i_b * T + t_c) * H + i_h
-            b_t = tl.load(
-                tb_ptr + row[:, None] * C + i_c * RC + o_rc[None, :], mask=m_t[:, None], other=0.0
-            )
-            b_v = tl.load(
-                v_ptr + rows_c[:, None] * V + o_v[None, :],
-                mask=(t_c < T)[:, None] & m_v[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            acc += tl.dot(b_t, b_v, input_precision=PREC)
-        tl.store(u_ptr + row[:, None] * V + o_v[None, :], acc, mask=m_t[:, None] & m_v[None, :])
+            acc += tl.dot(b_t, b_x, input_precision=PREC)
+        tl.store(out_ptr + row[:, None] * D + o_d[None, :], acc, mask=m_t[:, None] & m_d[None, :])
 
 
-@triton.jit(do_not_specialize=["NT", "K_END"])  # a loop count of 1 must stay a loop
+# H a runtime value: as a constexpr, its H = 1 specialization spilled 4 bytes with Triton 3.6
+# at K = 31 (as _qk_bwd_kernel's did, chunk_bwd.py); NT and K_END: a loop count of 1 must stay
+# a loop.
+@triton.jit(do_not_specialize=["NT", "K_END", "H"])
 def _state_fwd_kernel(
     k_ptr,
     w_ptr,
@@ -244,7 +266,7 @@ def _state_fwd_kernel(
     T,
     NT,
     K_END,
-    H: tl.constexpr,
+    H,
     K: tl.constexpr,
     V: tl.constexpr,
     C: tl.constexpr,
@@ -291,9 +313,11 @@ def _state_fwd_kernel(
         )
     tl.debug_barrier()
     for i_n in range(0, NT):
-        t_idx = i_n * C + o_c
-        m_t = t_idx < T
-        row = (i_b * T + t_idx) * H + i_h
+        m_t = i_n * C + o_c < T
+        # a scalar int64 base of the chunk and int32 offsets inside it (see _output_fwd_kernel)
+        chunk_row = (i_b * T + i_n * C) * H + i_h
+        w_base = w_ptr + chunk_row * K
+        off_v = o_c[:, None] * (H * V) + o_v[None, :]
         m_tv = m_t[:, None] & m_v[None, :]
         h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
         acc = tl.zeros([C, BV], dtype=tl.float32)
@@ -301,7 +325,9 @@ def _state_fwd_kernel(
             o_k = k0 + o_rk
             m_k = o_k < K
             b_w = tl.load(
-                w_ptr + row[:, None] * K + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0.0
+                w_base + o_c[:, None] * (H * K) + o_k[None, :],
+                mask=m_t[:, None] & m_k[None, :],
+                other=0.0,
             )
             b_h = tl.load(
                 h_base + o_k[:, None] * V + o_v[None, :],
@@ -309,8 +335,8 @@ def _state_fwd_kernel(
                 other=0.0,
             )
             acc += tl.dot(b_w, b_h, input_precision=PREC)
-        b_vn = tl.load(u_ptr + row[:, None] * V + o_v[None, :], mask=m_tv, other=0.0) - acc
-        tl.store(vn_ptr + row[:, None] * V + o_v[None, :], b_vn, mask=m_tv)
+        b_vn = tl.load(u_ptr + chunk_row * V + off_v, mask=m_tv, other=0.0) - acc
+        tl.store(vn_ptr + chunk_row * V + off_v, b_vn, mask=m_tv)
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C)
         k_decay = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0)
         tl.store(scratch + scratch_off, b_vn * k_decay[:, None])
@@ -374,7 +400,7 @@ def _state_update(
     T,
     K_END,
     o_v,
-    H: tl.constexpr,
+    H,
     K: tl.constexpr,
     V: tl.constexpr,
     C: tl.constexpr,
@@ -390,16 +416,16 @@ def _state_update(
     m_v = o_v < V
     last = tl.minimum(i_n * C + C, T) - 1
     chunk_decay = tl.exp(tl.load(gcum_ptr + (i_b * T + last) * H + i_h).to(tl.float32))
+    k_base = k_ptr + ((i_b * T + i_n * C) * H + i_h) * K  # int32 offsets inside the chunk
     for k0 in range(0, K_END, RK):
         o_k = k0 + o_rk
         m_k = o_k < K
         upd = tl.zeros([RK, BV], dtype=tl.float32)
         for i_c in range(0, C // RC):
-            t_c = i_n * C + i_c * RC + o_rc
-            rows_c = (i_b * T + t_c) * H + i_h
+            o_j = i_c * RC + o_rc
             b_kt = tl.load(
-                k_ptr + rows_c[None, :] * K + o_k[:, None],
-                mask=(t_c < T)[None, :] & m_k[:, None],
+                k_base + o_j[None, :] * (H * K) + o_k[:, None],
+                mask=(i_n * C + o_j < T)[None, :] & m_k[:, None],
                 other=0.0,
             ).to(tl.float32)
             b_d = tl.load(scratch + (i_c * RC + o_rc)[:, None] * BV + tl.arange(0, BV)[None, :])
@@ -419,6 +445,7 @@ def _output_fwd_kernel(
     h_ptr,  # inputs
     o_ptr,  # output, in v's dtype
     scores_ptr,  # output (fp32): Q K^T * decay * [j <= i], re-read here and by the backward
+    qh_ptr,  # scratch (fp32): Q H of this chunk, [B, T, H, V]
     T,
     NT,
     scale,
@@ -434,7 +461,12 @@ def _output_fwd_kernel(
     PREC: tl.constexpr,
 ):
     """O = scale * (diag(gamma) Q H + P Vn) with P = Q K^T * decay * [j <= i], for one chunk
-    and all of V: P is built once, stored, and read back in column blocks of RC for P Vn."""
+    and all of V: P is built once, stored, and read back in column blocks of RC for P Vn.
+
+    The two products of O are built in separate passes over V: Q H is stored to ``qh_ptr``
+    (fp32, exact), and after a CTA barrier the P Vn pass reads it back to combine. Built in
+    the same V loop, the two accumulators spilled registers on sm_90 (4-8 bytes at K = 1 with
+    Triton 3.6 and 3.9); the sum is the same expression on the same fp32 values as before."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = (i_bh // H).to(tl.int64)
@@ -450,6 +482,7 @@ def _output_fwd_kernel(
     vn_base = vn_ptr + chunk_row * V
     p_base = scores_ptr + chunk_row * C
     o_base = o_ptr + chunk_row * V
+    qh_base = qh_ptr + chunk_row * V
     h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
 
     acc_qk = tl.zeros([C, C], dtype=tl.float32)
@@ -472,7 +505,6 @@ def _output_fwd_kernel(
     tl.store(p_base + o_c[:, None] * (H * C) + o_c[None, :], scores, mask=m_t[:, None])
     tl.debug_barrier()
 
-    gamma_scale = tl.exp(g_cum.to(tl.float32)) * scale
     for v0 in range(0, V_END, BV):
         o_v = v0 + tl.arange(0, BV)
         m_v = o_v < V
@@ -491,6 +523,17 @@ def _output_fwd_kernel(
                 other=0.0,
             )
             acc_qh += tl.dot(b_q, b_h, input_precision=PREC)
+        tl.store(
+            qh_base + o_c[:, None] * (H * V) + o_v[None, :],
+            acc_qh,
+            mask=m_t[:, None] & m_v[None, :],
+        )
+    tl.debug_barrier()
+
+    gamma_scale = tl.exp(g_cum.to(tl.float32)) * scale
+    for v0 in range(0, V_END, BV):
+        o_v = v0 + tl.arange(0, BV)
+        m_v = o_v < V
         acc_pv = tl.zeros([C, BV], dtype=tl.float32)
         for i_c in range(0, C // RC):
             o_j = i_c * RC + o_rc
@@ -503,6 +546,11 @@ def _output_fwd_kernel(
                 other=0.0,
             )
             acc_pv += tl.dot(b_p, b_vn, input_precision=PREC)
+        acc_qh = tl.load(
+            qh_base + o_c[:, None] * (H * V) + o_v[None, :],
+            mask=m_t[:, None] & m_v[None, :],
+            other=0.0,
+        )
         b_o = acc_qh * gamma_scale[:, None] + acc_pv * scale
         tl.store(
             o_base + o_c[:, None] * (H * V) + o_v[None, :],
