@@ -201,6 +201,7 @@ def test_chunk_strong_decays_as_accurate_as_fp32_recurrence():
 # all of them (benchmarks/gdn_bwd_resources.py covers more head sizes and Triton 3.6).
 SPILL_FREE_KERNELS = (
     "_wy_fwd_kernel",
+    "_wy_apply_fwd_kernel",
     "_state_fwd_kernel",
     "_output_fwd_kernel",
     "_state_bwd_kernel",
