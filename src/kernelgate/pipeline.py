@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from kernelgate.formats.problem import (
     sizes_of_key,
 )
 from kernelgate.gates import GATE_IDS, GATES
-from kernelgate.gates.base import Case, Gate, GateContext, GateResult, run_gate
+from kernelgate.gates.base import Case, Gate, GateContext, GateResult, run_gate, traced
 from kernelgate.gates.res01_execution import ExecutionSafetyGate, sanitize_after_gates
 from kernelgate.gates.res02_resources import ResourcesGate, launched_extension_kernels
 from kernelgate.journal import GateJournal
@@ -211,12 +211,14 @@ def verify(
     if problem is not None:  # the solution's Model, with the reference's weights
         session.model_class = MODEL_CLASS
         session.weights = lambda init, key: reference_weights(program, init, sizes_of_key(key))
-    phase = _PhaseTrace(trace)
+    # verify's own phases before the gates, traced as a gate's steps are: the audit's judge
+    # logs had nothing between the end of the KernelBench check and the first gate (1,087 s
+    # of the H200 audit of 2026-12-04, benchmarks/audit_time_split.py)
     try:
         require_supported_dtypes(session.init_inputs, "get_init_inputs()")
-        with phase("contract"):
+        with traced(trace, "verify contract [verify]"):
             contract = contract or contract_for(program)  # library entry, else derived
-        with phase("oracle"):
+        with traced(trace, "verify oracle [verify]"):
             oracle = Oracle(program, torch.device(device))
     except BaseException:
         session.close()
@@ -247,9 +249,9 @@ def verify(
         replay += ["--min-authored-share", str(min_authored_share)]
     try:
         results: list[GateResult] = []
-        loading = phase.start("candidate load")
-        with session:
-            phase.end("candidate load", loading)
+        with contextlib.ExitStack() as held:
+            with traced(trace, "verify candidate load [verify]"):
+                held.enter_context(session)
             ctx = GateContext(
                 contract=contract,
                 oracle=oracle,
@@ -422,28 +424,3 @@ def compile_evidence(session: WorkerSession, fresh: list[dict[str, Any]]) -> dic
         "spent_s": round(session.budget.spent, 3),
         "paid": main + [p | {"instance": "fresh"} for p in fresh],
     }
-
-
-class _PhaseTrace:
-    """``verify``'s own phases before the gates (contract, oracle, the candidate's load) in
-    ``trace``, in the format of a gate's steps (``verify <phase> [verify] <s> s``): the audit's
-    judge logs had nothing between the end of the KernelBench check and the first gate, which
-    took 1,087 s of the H200 audit of 2026-12-04 (benchmarks/audit_time_split.py)."""
-
-    def __init__(self, trace: Callable[[str], None] | None) -> None:
-        self.trace = trace
-
-    def start(self, what: str) -> float:
-        if self.trace is not None:
-            self.trace(f"verify {what} [verify] ...")
-        return time.monotonic()
-
-    def end(self, what: str, started: float) -> None:
-        if self.trace is not None:
-            self.trace(f"verify {what} [verify] {time.monotonic() - started:.1f} s")
-
-    @contextlib.contextmanager
-    def __call__(self, what: str) -> Iterator[None]:
-        started = self.start(what)
-        yield
-        self.end(what, started)

@@ -55,6 +55,22 @@ from kernelgate.serde import Serializable
 
 _T = TypeVar("_T")
 
+
+@contextlib.contextmanager
+def traced(trace: Callable[[str], None] | None, name: str) -> Iterator[None]:
+    """``name ...`` in ``trace`` as the block starts, ``name <seconds> s`` as it ends (nothing
+    without a trace): the judge log's format, which benchmarks/audit_time_split.py reads."""
+    if trace is None:
+        yield
+        return
+    trace(f"{name} ...")
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        trace(f"{name} {time.monotonic() - started:.1f} s")
+
+
 # Cases whose oracle results a GateContext keeps within a gate whatever their size (see
 # ``_cached``), and the bytes of results (with the inputs they are of) it keeps beyond those
 # and across gates: a case another gate judges again (ORD-02 judges the main worker's first
@@ -404,19 +420,9 @@ class GateContext:
         self._sized_oracles[key] = oracle
         return oracle
 
-    @contextlib.contextmanager
-    def step(self, what: str, case: Case) -> Iterator[None]:
+    def step(self, what: str, case: Case) -> contextlib.AbstractContextManager[None]:
         """Trace ``what`` for ``case`` (see ``trace``): a started line, then its seconds."""
-        if self.trace is None:
-            yield
-            return
-        name = f"{self.gate_id} {what} [{case.label}]"
-        self.trace(f"{name} ...")
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            self.trace(f"{name} {time.monotonic() - started:.1f} s")
+        return traced(self.trace, f"{self.gate_id} {what} [{case.label}]")
 
     def focused_out(self, gate_id: str, label: str) -> bool:
         """Whether a replay focused on another case of ``gate_id`` skips case ``label``."""
@@ -691,16 +697,21 @@ class GateContext:
         expected = self.expected(case)[output_index]
         return assess_indices(spec, expected, actual, sources[key], honest)
 
-    def _on_device_or_cpu(self, compute: Callable[[torch.device], Any]) -> tuple[Any, bool]:
-        """``compute`` on the oracle's device, or on the CPU where that device is out of
-        memory (an audit's judges share one GPU); the flag says whether it fell back."""
-        if self.oracle.device.type != "cpu":
+    def _on_device_or_cpu(
+        self, compute: Callable[[torch.device], _T], device: torch.device | None = None
+    ) -> tuple[_T, bool]:
+        """``compute`` on ``device`` (the oracle's by default), or on the CPU where that
+        device is out of memory (an audit's judges share one GPU); the flag says whether it
+        fell back. ``compute`` must leave nothing behind but its result: a run cut short by
+        the device's memory is made again whole."""
+        device = self.oracle.device if device is None else device
+        if device.type != "cpu":
             try:
-                return compute(self.oracle.device), False
+                return compute(device), False
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
             return compute(torch.device("cpu")), True
-        return compute(self.oracle.device), False
+        return compute(device), False
 
     def _magnitude_of(self, case: Case, output_index: int) -> tuple[torch.Tensor | None, int]:
         """The library entry's magnitude of one output (None: none) and the length N."""
@@ -793,16 +804,8 @@ class GateContext:
         self, dtype: torch.dtype, compute: Callable[[torch.device], _T]
     ) -> _T:
         """``compute`` on ``class_judging_device(dtype)``, again on the CPU where that device
-        is out of memory (an audit's judges share one GPU). ``compute`` must leave nothing
-        behind but its result: a run cut short by the device's memory is made again whole."""
-        device = self.class_judging_device(dtype)
-        if device.type == "cpu":
-            return compute(device)
-        try:
-            return compute(device)
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-        return compute(torch.device("cpu"))
+        is out of memory (``_on_device_or_cpu``)."""
+        return self._on_device_or_cpu(compute, self.class_judging_device(dtype))[0]
 
     def forget_cases(self) -> None:
         """Between gates: keep earlier cases' oracle results only within
