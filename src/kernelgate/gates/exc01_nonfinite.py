@@ -10,14 +10,14 @@ and hide what the kernel does with an Inf (a log-sum-exp whose max is +Inf, say)
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from kernelgate.contract.spec import TensorSpec, ValueDomain
 from kernelgate.gates.base import Case, Gate, GateContext, GateKind, GateResult, Run
-from kernelgate.gates.outputs import structure_findings
+from kernelgate.gates.outputs import ClassJudgement, PositionCounts, structure_findings
 from kernelgate.inputs.specials import SPECIALS, Density, inject, special_kinds
 from kernelgate.oracle.compare import (
     MAX_POSITIONS,
@@ -54,7 +54,7 @@ def trial_label(kind: str, density: Density) -> str:
 
 
 @dataclass
-class _Tally:
+class _Tally(PositionCounts):
     """What EXC-01's trials judged so far, for its evidence."""
 
     judged: int = 0
@@ -63,10 +63,6 @@ class _Tally:
     probed: int = 0
     refined: int = 0
     completed: int = 0
-
-    def add(self, other: _Tally) -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class NonFiniteGate(Gate):
@@ -150,7 +146,7 @@ class NonFiniteGate(Gate):
             judgement = ctx.on_class_judging_device(
                 got.dtype, functools.partial(_judge_output, ctx, case, k, want, got)
             )
-            tally.add(judgement.tally)
+            tally.add(judgement.counts)
             if judgement.mismatched:
                 return self.failed(
                     ctx,
@@ -181,13 +177,6 @@ class NonFiniteGate(Gate):
         }
 
 
-@dataclass
-class _OutputJudgement:
-    tally: _Tally
-    mismatched: int = 0
-    findings: list[dict[str, Any]] = field(default_factory=list)
-
-
 def _judge_output(
     ctx: GateContext,
     case: Case,
@@ -195,7 +184,7 @@ def _judge_output(
     want: torch.Tensor,
     got: torch.Tensor,
     device: torch.device,
-) -> _OutputJudgement:
+) -> ClassJudgement[_Tally]:
     """Output ``k`` of one trial judged on ``device``: the oracle's result, the candidate's
     and every honest run or probe are classified there, and only counts and a few positions
     come back."""
@@ -232,8 +221,8 @@ def _judge_output(
     tally.judged += n_agree
     tally.excluded += agree.numel() - n_agree
     if not bad.any():
-        return _OutputJudgement(tally)
-    return _OutputJudgement(
+        return ClassJudgement(tally)
+    return ClassJudgement(
         tally,
         mismatched=int(bad.count_nonzero()),
         findings=[

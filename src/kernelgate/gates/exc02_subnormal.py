@@ -22,14 +22,14 @@ whose very class follows from such a sign is not judged.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
 
 from kernelgate.contract.spec import FlushPolicy
 from kernelgate.gates.base import Gate, GateContext, GateKind, GateResult
-from kernelgate.gates.outputs import structure_findings
+from kernelgate.gates.outputs import ClassJudgement, PositionCounts, structure_findings
 from kernelgate.oracle.compare import (
     MAX_POSITIONS,
     FloatClass,
@@ -281,7 +281,7 @@ class SubnormalGate(Gate):
 
 
 @dataclass
-class _Counts:
+class _Counts(PositionCounts):
     """Positions one case's outputs judged, for the gate's evidence."""
 
     judged: int = 0
@@ -291,10 +291,6 @@ class _Counts:
     class_open: int = 0
     open_consulted: int = 0
     consulted: int = 0
-
-    def add(self, other: _Counts) -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def position_evidence(self) -> dict[str, int]:
         return {
@@ -318,13 +314,6 @@ class _Counts:
         }
 
 
-@dataclass
-class _OutputJudgement:
-    counts: _Counts
-    mismatched: int = 0
-    findings: list[dict[str, Any]] = field(default_factory=list)
-
-
 def _judge_output(
     ctx: GateContext,
     case: Any,
@@ -333,7 +322,7 @@ def _judge_output(
     got: torch.Tensor,
     flush: FlushPolicy,
     device: torch.device,
-) -> _OutputJudgement:
+) -> ClassJudgement[_Counts]:
     """Output ``k`` of one case judged on ``device``: the oracle's result, the candidate's
     and every honest run are moved there, and only counts and a few positions come back."""
     want, got = want.to(device), got.to(device)
@@ -369,8 +358,8 @@ def _judge_output(
     # _judged's agree is determined & (...), so determined & ~agree counts this
     counts.excluded = n_determined - counts.judged
     if not bad.any():
-        return _OutputJudgement(counts)
-    return _OutputJudgement(
+        return ClassJudgement(counts)
+    return ClassJudgement(
         counts,
         mismatched=int(bad.count_nonzero()),
         findings=[

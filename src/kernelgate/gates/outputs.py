@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -51,3 +53,25 @@ def structure_findings(
 
 def tensor_outputs(outputs: list[Any]) -> list[tuple[int, Any]]:
     return [(i, o) for i, o in enumerate(outputs) if isinstance(o, torch.Tensor)]
+
+
+class PositionCounts:
+    """A dataclass of int counters an exact class gate sums over outputs and cases."""
+
+    def add(self, other: PositionCounts) -> None:
+        for counter in dataclasses.fields(self):  # type: ignore[arg-type]
+            name = counter.name
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+CountsT = TypeVar("CountsT", bound=PositionCounts)
+
+
+@dataclass
+class ClassJudgement(Generic[CountsT]):
+    """One output judged position by position (EXC-01, EXC-02): what was counted, and the
+    mismatched positions with the first few as findings (none: the output passed)."""
+
+    counts: CountsT
+    mismatched: int = 0
+    findings: list[dict[str, Any]] = field(default_factory=list)
