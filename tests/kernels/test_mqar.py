@@ -217,13 +217,8 @@ def test_gpu_training_learns_recall():
     present)."""
     # The CPU calibration of this config (the naive fp32 recurrence, same seeds): held-out
     # recall 0.10 at step 100, 0.81 at 150, 0.97 at 250, 0.99 at 500.
-    config = MQARConfig(
-        vocab_size=64,
-        seq_len=32,
-        num_kv_pairs=4,
+    config = MQARConfig.tiny(  # the tiny task (64 tokens, 32 long, 4 pairs), a wider model
         d_model=64,
-        depth=2,
-        heads=2,
         head_dim=32,
         batch_size=32,
         lr=1e-2,
