@@ -99,3 +99,52 @@ def test_wrapped_when_imported_later(tmp_path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
+
+
+NVCC_FAILURE = """Error building extension 'relu_ext': [1/3] c++ -MMD -c main.cpp
+FAILED: cuda.cuda.o
+/usr/local/cuda/bin/nvcc -c cuda.cu -o cuda.cuda.o
+cuda.cu(12): error: identifier "THCudaCheck" is undefined
+cuda.cu(19): error: expected a ";"
+2 errors detected in the compilation of "cuda.cu".
+ninja: build stopped: subcommand failed."""
+
+
+def test_a_failed_builds_first_compiler_error_is_what_the_judge_hears() -> None:
+    assert (
+        builds.first_error(NVCC_FAILURE)
+        == 'cuda.cu(12): error: identifier "THCudaCheck" is undefined'
+    )
+    assert builds.first_error("no such file\n\n") == "no such file"
+    assert builds.first_error("x" * 1000) == "x" * builds.ERROR_CHARS
+    assert builds.first_error("") == ""
+
+
+def test_building_reports_the_error_of_a_failed_build_and_nothing_for_a_good_one() -> None:
+    events: list[dict] = []
+    builds.report_builds(events.append)
+    try:
+        with builds.building("torch extension good"):
+            pass
+        with pytest.raises(RuntimeError), builds.building("torch extension bad"):
+            raise RuntimeError(NVCC_FAILURE)
+    finally:
+        builds.report_builds(None)
+    ends = [e for e in events if e["phase"] == "end"]
+    assert ends[0] == {"event": "build", "phase": "end", "what": "torch extension good", "ok": True}
+    assert ends[1]["ok"] is False and ends[1]["error"].startswith("cuda.cu(12): error:")
+
+
+def test_the_judge_keeps_a_failed_builds_error_in_its_record() -> None:
+    from kernelgate.sandbox.compile_budget import ERROR_CHARS, CallClock, CompileBudget
+
+    clock = CallClock(2.0, CompileBudget(100.0), started=0.0)
+    clock.event({"phase": "start", "what": "ext"}, now=0.0)
+    clock.event({"phase": "end", "what": "ext", "ok": False, "error": "e" * 999}, now=3.0)
+    clock.event({"phase": "start", "what": "ok-ext"}, now=3.0)
+    clock.event({"phase": "end", "what": "ok-ext", "ok": True, "error": "ignored"}, now=4.0)
+    assert clock.builds == [
+        {"what": "ext", "seconds": 3.0, "ok": False, "error": "e" * ERROR_CHARS},
+        {"what": "ok-ext", "seconds": 1.0, "ok": True},
+    ]
+    assert clock.failed_builds == ["ext"]

@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import importlib.abc
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -107,14 +108,38 @@ def _emit(event: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def building(what: str) -> Iterator[None]:
-    """Report a build of ``what`` to the judge while the block runs."""
+    """Report a build of ``what`` to the judge while the block runs; a failed build also
+    says why (``first_error``), so an audit can tell a candidate that fell back to PyTorch
+    because its extension does not compile here from one that never had a kernel."""
     _emit({"phase": "start", "what": what})
     ok = False
+    error: str | None = None
     try:
         yield
         ok = True
+    except BaseException as exc:
+        error = first_error(str(exc))
+        raise
     finally:
-        _emit({"phase": "end", "what": what, "ok": ok})
+        end: dict[str, Any] = {"phase": "end", "what": what, "ok": ok}
+        if error is not None:
+            end["error"] = error
+        _emit(end)
+
+
+ERROR_CHARS = 300  # of a failed build's message, sent to the judge
+# nvcc's "file.cu(12): error: ...", g++'s "file.cpp:3:5: fatal error: ...", ld's "error:"
+COMPILER_ERROR = re.compile(r"(?:[:)]\s*|^)(?:fatal )?error(?: #?\w+-?\w*)?:")
+
+
+def first_error(message: str) -> str:
+    """The compiler's first ``error`` line of a failed build's message (nvcc and g++ print
+    ``file:line: error: ...``), else its last non-empty line, cut to ``ERROR_CHARS``."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    chosen = next((line for line in lines if COMPILER_ERROR.search(line)), None)
+    if chosen is None:
+        chosen = lines[-1] if lines else ""
+    return chosen[:ERROR_CHARS]
 
 
 def _report_calls(owner: Any, attribute: str, what: Callable[[tuple[Any, ...]], str]) -> None:

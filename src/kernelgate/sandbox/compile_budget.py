@@ -31,6 +31,7 @@ DEFAULT_COMPILE_TIMEOUT = 900.0
 BUILD_EVENT = "build"
 MAX_BUILDS_KEPT = 32  # builds listed per exchange in the evidence (the seconds count all)
 WHAT_CHARS = 200  # a build's name as the worker gave it, cut to this
+ERROR_CHARS = 300  # a failed build's first error as the worker gave it, cut to this
 
 
 @dataclass
@@ -112,7 +113,10 @@ class CallClock:
                 self.failed_builds.append(name)
             if len(self.builds) < MAX_BUILDS_KEPT:
                 seconds = round(self._mark - since, 3)
-                self.builds.append({"what": name, "seconds": seconds, "ok": ok})
+                build: dict[str, Any] = {"what": name, "seconds": seconds, "ok": ok}
+                if not ok and header.get("error"):
+                    build["error"] = str(header["error"])[:ERROR_CHARS]
+                self.builds.append(build)
 
     def expiry(self) -> tuple[str, str]:
         """Why the deadline passed: ("build-timeout", ...) when a build ran the budget out
