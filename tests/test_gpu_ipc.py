@@ -93,9 +93,9 @@ def session_for(tmp_path: Path, source: str, *, pipe: bool = False) -> Iterator[
             yield session
 
 
-def placed_input(numel: int = 1 << 16) -> PlacedTensor:
+def placed_input(numel: int = 1 << 16, device: str | None = None) -> PlacedTensor:
     values = torch.randn(numel, generator=torch.Generator().manual_seed(0))
-    return PlacedTensor.place(values)
+    return PlacedTensor.place(values, device=device)
 
 
 def host_bytes(value: wire.WireTensor) -> bytes:
@@ -126,10 +126,11 @@ def test_every_storage_is_bit_for_bit_the_same_through_ipc_and_pipes(tmp_path: P
     assert by_ipc[0].outputs[2] == 7
 
 
+@pytest.mark.parametrize("placed_on", [None, "cuda"], ids=["host", "device"])
 def test_a_thread_that_overwrites_after_returning_changes_nothing_the_judge_holds(
-    tmp_path: Path,
+    tmp_path: Path, placed_on: str | None
 ) -> None:
-    x = placed_input()
+    x = placed_input(device=placed_on)
     pristine = x.storage.clone()
     for session in session_for(tmp_path, OVERWRITER):
         assert session.data_path == "cuda-ipc", session.data_path_note
@@ -217,3 +218,29 @@ def test_the_honest_softmax_is_verified_over_ipc() -> None:
     verdict = kernelgate.verify(SOFTMAX / "reference.py", SOFTMAX / "honest.py", device="cuda")
     assert verdict.environment["data_path"] == {"path": "cuda-ipc"}
     assert verdict.verdict.value == "verified", [(g.id, g.reason) for g in verdict.gates]
+
+
+def test_the_judge_places_its_inputs_on_the_device_on_the_ipc_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Placement on the device (no host fill or copy), and the gates that compare what was
+    sent with what came back (MEM-01, CMP-02's layouts) still judge the honest softmax."""
+    devices: list[str] = []
+    place = PlacedTensor.place.__func__  # type: ignore[attr-defined]
+
+    def recording(cls: type, values: torch.Tensor, **kwargs: Any) -> PlacedTensor:
+        placed = place(cls, values, **kwargs)
+        devices.append(placed.storage.device.type)
+        return placed
+
+    monkeypatch.setattr(PlacedTensor, "place", classmethod(recording))
+    verdict = kernelgate.verify(
+        SOFTMAX / "reference.py",
+        SOFTMAX / "honest.py",
+        device="cuda",
+        only=["CMP-01", "CMP-02", "MEM-01"],
+    )
+    assert verdict.environment["data_path"] == {"path": "cuda-ipc"}
+    assert devices and set(devices) == {"cuda"}, devices
+    for gate in ("CMP-01", "CMP-02", "MEM-01"):
+        assert verdict.gate(gate).status is Status.PASS, verdict.gate(gate).reason

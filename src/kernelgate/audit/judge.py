@@ -65,6 +65,7 @@ RECORD_LIMIT_PER_COMPILE_TIMEOUT = 2  # the old check's builds, then the verific
 # a judge killed mid-record (a device call's deadline) resumes where it was
 JOURNAL_NAME, OLD_CHECK_NAME = "gates.jsonl", "old_check.json"
 EVIDENCE_NAME = "verdict.json"  # a record's full evidence, in its work folder
+PROFILE_JUDGES_ENV = "KERNELGATE_PROFILE_JUDGES"  # a folder: each judge's cProfile (``_profiled``)
 
 
 @dataclass(frozen=True)
@@ -840,6 +841,29 @@ def peak_memory() -> dict[str, int | None]:
     }
 
 
+@contextlib.contextmanager
+def _profiled(name: str) -> Iterator[None]:
+    """A developer's switch: with ``KERNELGATE_PROFILE_JUDGES`` set to a folder, each judge
+    writes a cProfile of its record there (``<record>.prof``), timed in CPU seconds of the
+    judge process, which is what limits an audit's throughput on a shared host; off, this
+    costs nothing. Aggregate with ``benchmarks/judge_profile.py``."""
+    folder = os.environ.get(PROFILE_JUDGES_ENV)
+    if not folder:
+        yield
+        return
+    import cProfile
+
+    profiler = cProfile.Profile(time.process_time)
+    profiler.enable()
+    try:
+        yield
+    finally:
+        profiler.disable()
+        with contextlib.suppress(OSError):
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            profiler.dump_stats(str(Path(folder) / f"{name}.prof"))
+
+
 def _main(request_path: str, result_path: str, via: str = "process") -> None:
     """Judge the record of ``request_path`` into ``result_path``; ``via`` says how this
     judge started (a fresh ``process`` or forked by the ``zygote``), kept in its row so a
@@ -853,7 +877,8 @@ def _main(request_path: str, result_path: str, via: str = "process") -> None:
     launched_at = request.get("launched_at")
     started = time.time() - launched_at if isinstance(launched_at, int | float) else None
     _log_step(f"judge up {'?' if started is None else f'{started:.2f}'} s after its launch ({via})")
-    row = judge_record(record, options, Path(result_path).parent, Path(request["scratch"]))
+    with _profiled(work_folder_name(record.id)):
+        row = judge_record(record, options, Path(result_path).parent, Path(request["scratch"]))
     # seconds from the audit's launch of this judge to its first step (the imports, or the
     # zygote's fork): what a judge costs before it judges anything
     row["judge_started_s"] = None if started is None else round(started, 3)

@@ -46,6 +46,7 @@ from kernelgate.oracle.error_models import (
 )
 from kernelgate.oracle.fp64 import Oracle, SizedOracle, flatten_outputs
 from kernelgate.oracle.output_kinds import assess_exact, assess_indices, output_kind
+from kernelgate.sandbox import cuda_ipc
 from kernelgate.sandbox.access_trace import AccessLog
 from kernelgate.sandbox.clocks import ChoicePoint
 from kernelgate.sandbox.forbidden_watch import merge_uses
@@ -841,6 +842,13 @@ class GateContext:
 
         return self._cached(case, "magnitude", compute)
 
+    @staticmethod
+    def placement_device(session: WorkerSession) -> str | None:
+        """Where the judge places the inputs it sends ``session``: the device on the CUDA
+        IPC path (its storages are staged device to device, and what comes back lies there
+        too), the host otherwise (None)."""
+        return session.device if session.data_path == cuda_ipc.IPC else None
+
     def run(
         self,
         gate_id: str,
@@ -861,7 +869,8 @@ class GateContext:
         """
         session = session or self.session
         self.admit(case)
-        placer = place or (lambda v: PlacedTensor.place(v, poison=poison))
+        where = self.placement_device(session)
+        placer = place or (lambda v: PlacedTensor.place(v, poison=poison, device=where))
         placed = [placer(v) if isinstance(v, torch.Tensor) else v for v in case.values]
         wire_inputs = [p.as_wire() if isinstance(p, PlacedTensor) else p for p in placed]
         try:

@@ -109,13 +109,16 @@ def at_reference_layout(ctx: GateContext, plan: LayoutPlan) -> bool:
     return list(plan.per_input) == own
 
 
-def placer(plan: LayoutPlan, poison: int) -> Callable[[torch.Tensor], PlacedTensor]:
-    """A ``place`` function for ``ctx.run``: tensors arrive in order, one layout each."""
+def placer(
+    plan: LayoutPlan, poison: int, device: str | None = None
+) -> Callable[[torch.Tensor], PlacedTensor]:
+    """A ``place`` function for ``ctx.run``: tensors arrive in order, one layout each, in
+    storages on ``device`` (``GateContext.placement_device``)."""
     queue = list(plan.per_input)
 
     def place(value: torch.Tensor) -> PlacedTensor:
         layout, misaligned = queue.pop(0) if queue else (Layout.CONTIGUOUS, False)
-        return place_layout(value, layout, misaligned=misaligned, poison=poison)
+        return place_layout(value, layout, misaligned=misaligned, poison=poison, device=device)
 
     return place
 
@@ -141,7 +144,7 @@ class LayoutsGate(Gate):
             if ctx.focused_out(self.id, plan.label):  # a replay of another case
                 continue
             case = self._case(ctx, plan, index)
-            place = placer(plan, POISONS[0])
+            place = placer(plan, POISONS[0], ctx.placement_device(ctx.session))
             if at_reference_layout(ctx, plan):  # no refusal or fault is excused here
                 outcome: Run | dict[str, Any] = ctx.run(self.id, case, place=place)
             else:

@@ -32,7 +32,13 @@ import math
 import torch
 
 from kernelgate.contract.spec import Layout
-from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor, poison_fill
+from kernelgate.inputs.placement import (
+    GUARD_BYTES,
+    POISONS,
+    PlacedTensor,
+    contiguous_strides,
+    poison_fill,
+)
 
 ALIGNMENT = 16  # bytes: the alignment Triton and vectorised CUDA loads specialise on
 
@@ -79,14 +85,6 @@ def expandable(values: torch.Tensor) -> torch.Tensor:
     return values.narrow(dim, 0, 1).expand_as(values).contiguous()
 
 
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
 def place_layout(
     values: torch.Tensor,
     layout: Layout,
@@ -94,13 +92,15 @@ def place_layout(
     misaligned: bool = False,
     poison: int = POISONS[0],
     guard_bytes: int = GUARD_BYTES,
+    device: torch.device | str | None = None,
 ) -> PlacedTensor:
-    """Place ``values`` (logical, any layout) as ``layout`` in a poisoned, guarded storage.
+    """Place ``values`` (logical, any layout) as ``layout`` in a poisoned, guarded storage
+    on ``device`` (the host when None; see ``PlacedTensor.place``).
 
     For ``expanded`` the values must already be constant along ``expanded_dim`` (see
     ``expandable``); a ValueError says so otherwise, since a broadcast cannot hold them.
     """
-    values = values.detach().cpu()
+    values = values.detach()
     shape = tuple(values.shape)
     itemsize = values.element_size()
     guard = -(-guard_bytes // itemsize)
@@ -109,14 +109,14 @@ def place_layout(
 
     if layout in (Layout.CONTIGUOUS, Layout.OFFSET) or not applicable(layout, shape):
         placed = PlacedTensor.place(
-            values, poison=poison, guard_bytes=guard_bytes, shift_elements=shift
+            values, poison=poison, guard_bytes=guard_bytes, shift_elements=shift, device=device
         )
         placed.layout = "offset" if shift else "contiguous"
         return placed
 
     if layout is Layout.STRIDED:
         base_shape = (*[s + 1 for s in shape[:-1]], 2 * shape[-1])
-        base_strides = _contiguous_strides(base_shape)
+        base_strides = contiguous_strides(base_shape)
         stride = (*base_strides[:-1], 2)
         span = math.prod(base_shape)
         write_shape, write_stride = shape, stride
@@ -125,7 +125,7 @@ def place_layout(
         i, j = transposed_dims(shape)  # type: ignore[misc]
         swapped = list(shape)
         swapped[i], swapped[j] = swapped[j], swapped[i]
-        swapped_strides = list(_contiguous_strides(tuple(swapped)))
+        swapped_strides = list(contiguous_strides(tuple(swapped)))
         swapped_strides[i], swapped_strides[j] = swapped_strides[j], swapped_strides[i]
         stride = tuple(swapped_strides)
         span = numel
@@ -138,7 +138,7 @@ def place_layout(
         if not bool((values == first).all()) and not bool((values.isnan() & first.isnan()).all()):
             raise ValueError("expanded layout needs values constant along the expanded dim")
         compact_shape = tuple(1 if d == dim else s for d, s in enumerate(shape))
-        compact_strides = _contiguous_strides(compact_shape)
+        compact_strides = contiguous_strides(compact_shape)
         stride = tuple(0 if d == dim else st for d, st in enumerate(compact_strides))
         span = math.prod(compact_shape)
         write_shape, write_stride = compact_shape, compact_strides
@@ -149,7 +149,7 @@ def place_layout(
     # Pad after the view by at least the logical size, so a kernel that ignores strides and
     # walks numel contiguous elements reads poison, not whatever lies past the allocation.
     tail = max(guard, numel)
-    storage = torch.empty(guard + shift + span + tail, dtype=values.dtype)
+    storage = torch.empty(guard + shift + span + tail, dtype=values.dtype, device=device or "cpu")
     poison_fill(storage, poison)
     offset = guard + shift
     storage.as_strided(write_shape, write_stride, offset).copy_(source)

@@ -23,6 +23,17 @@ GUARD_BYTES = 16 * 1024
 POISONS = (NAN_POISON, 0x5A)
 
 
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of ``shape``, as ``torch.empty(shape).stride()`` gives them
+    (a dimension of size 0 or 1 counts as 1), without allocating anything."""
+    strides: list[int] = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 def poison_fill(storage: torch.Tensor, byte: int) -> None:
     """Fill ``storage`` with the poison ``byte`` as it reads in the storage's dtype."""
     storage.view(torch.uint8).fill_(poison_byte(storage.dtype, byte))
@@ -30,7 +41,8 @@ def poison_fill(storage: torch.Tensor, byte: int) -> None:
 
 @dataclass
 class PlacedTensor:
-    """A logical input value placed in a guarded storage (CPU, judge side)."""
+    """A logical input value placed in a guarded storage (judge side: the host, or the
+    device on the CUDA IPC path)."""
 
     storage: torch.Tensor
     shape: tuple[int, ...]
@@ -47,21 +59,27 @@ class PlacedTensor:
         poison: int = POISONS[0],
         guard_bytes: int = GUARD_BYTES,
         shift_elements: int = 0,
+        device: torch.device | str | None = None,
     ) -> PlacedTensor:
         """Copy ``values`` into a fresh contiguous view surrounded by poisoned guard bands.
 
         ``shift_elements`` moves the view off the guard's 16-byte alignment (CMP-02).
+        ``device``: where the storage lives (the host when None). On the CUDA IPC path the
+        judge places on the device: the poison fill and the copy then cost the host nothing
+        but the one upload of the values, where a host storage cost a fill, a copy and the
+        upload, each a pass over every byte on a judge given one core in an audit.
         """
-        values = values.detach().cpu()
+        values = values.detach()
         itemsize = values.element_size()
         guard = -(-guard_bytes // itemsize)
         numel = values.numel()
-        storage = torch.empty(2 * guard + shift_elements + numel, dtype=values.dtype)
+        storage = torch.empty(
+            2 * guard + shift_elements + numel, dtype=values.dtype, device=device or "cpu"
+        )
         poison_fill(storage, poison)
         offset = guard + shift_elements
         shape = tuple(values.shape)
-        stride = tuple(torch.empty(shape, dtype=values.dtype).stride())
-        placed = cls(storage, shape, stride, offset, poison)
+        placed = cls(storage, shape, contiguous_strides(shape), offset, poison)
         placed.view().copy_(values)
         return placed
 
