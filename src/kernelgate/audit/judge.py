@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelgate.audit import admission, oldcheck, zygote
 from kernelgate.audit.device_checks import authored_kernel_count, res02_row, sanitizer_row
+from kernelgate.audit.device_waits import block_on_device_waits
 from kernelgate.audit.interrupt import Interruption
 from kernelgate.audit.memory_guard import HostMemoryGuard
 from kernelgate.audit.processes import (
@@ -877,8 +878,14 @@ def _main(request_path: str, result_path: str, via: str = "process") -> None:
     launched_at = request.get("launched_at")
     started = time.time() - launched_at if isinstance(launched_at, int | float) else None
     _log_step(f"judge up {'?' if started is None else f'{started:.2f}'} s after its launch ({via})")
+    cuda_wait = "block"
+    if options.device != "cpu":
+        not_blocking = block_on_device_waits()  # before this judge's first CUDA call
+        cuda_wait = "block" if not_blocking is None else f"spin ({not_blocking})"
     with _profiled(work_folder_name(record.id)):
         row = judge_record(record, options, Path(result_path).parent, Path(request["scratch"]))
+    if options.device != "cpu":
+        row["judge_cuda_wait"] = cuda_wait
     # seconds from the audit's launch of this judge to its first step (the imports, or the
     # zygote's fork): what a judge costs before it judges anything
     row["judge_started_s"] = None if started is None else round(started, 3)
