@@ -80,11 +80,10 @@ def test_the_honest_triton_softmax_passes_auth01_on_the_device() -> None:
 
 
 def test_an_audit_on_the_device_sees_the_candidates_extension_kernel(tmp_path: Path) -> None:
-    """The audit's path (a judge forked by the zygote, a confined worker) must trace device
-    work as the verify path does: in the H200 audit of 2026-12-04 every worker's trace was
-    empty, its own CUDA kernels included, and AUTH-01 read a share of 0 for 156 records.
-    Since then an empty trace of a known launch makes the measure not happen (skipped, with
-    why); this asserts the measure happens and finds the candidate's kernel."""
+    """The audit's path (a judge forked by the zygote, a confined worker) traces device work
+    as the verify path does, and finds the candidate's own extension kernel. (The H200 audit
+    of 2026-12-04 rejected most records at a share of 0; that was the candidates falling
+    back to PyTorch, not an empty trace: see docs/rules.md, AUTH-01.)"""
     import sqlite3
 
     from .conftest import audit_command, kernelgate

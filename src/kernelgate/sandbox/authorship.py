@@ -201,12 +201,12 @@ class AuthorshipProbe:
     def _traces_device_work(self, profile: Callable[..., Any]) -> bool:
         """Whether a profile of a known launch holds a device event, asked once per worker.
 
-        A trace without device events reads as "no kernel ran", which AUTH-01 would take
-        for a share of 0 and reject: in the H200 audit of 2026-12-04 every candidate's
-        trace was empty, its own CUDA kernels included, and 156 of 158 were rejected so.
-        An empty trace of a known launch says the measurement itself does not work (it then
-        does not happen, and AUTH-01 says skipped and why); it also starts CUPTI before the
-        profiled call, outside its trace.
+        A trace without device events reads as "no kernel ran", which AUTH-01 takes for a
+        share of 0 and rejects. That is right for a candidate that launched nothing, and
+        wrong where the profiler cannot see device work in this worker (CUPTI unavailable,
+        taken by another tool): an empty trace of a known launch says the measurement
+        itself does not work, so it does not happen, and AUTH-01 says skipped and why. It
+        also starts CUPTI before the profiled call, outside its trace.
         """
         if self._device_tracing is None:
             from torch.autograd import DeviceType
