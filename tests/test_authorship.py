@@ -271,6 +271,41 @@ def test_the_audit_summary_counts_a_histogram_and_auth01_failures() -> None:
     assert summary["below_half"] == 2 and summary["auth01_failed"] == 2
     table = dict(authorship_rows({"authorship": summary}))
     assert table["rejected by AUTH-01"] == "2" and table["median share"] == "33.5%"
+    assert summary["failed_build"] == 0 and table["an extension build failed"] == "0"
+
+
+def test_the_summary_says_how_many_fell_back_after_a_failed_build() -> None:
+    broken = [{"what": "torch extension relu", "error": "main.cpp:4:70: error: x"}]
+    rows = [
+        {
+            "stage": "gates",
+            "authored_share": 0.0,
+            "failed_rules": ["AUTH-01"],
+            "failed_builds": broken,
+        },
+        {"stage": "gates", "authored_share": 0.0, "failed_rules": ["AUTH-01"], "failed_builds": []},
+        {"stage": "gates", "authored_share": 0.9, "failed_rules": [], "failed_builds": broken},
+    ]
+    summary = authorship_summary(rows)
+    assert summary["failed_build"] == 2 and summary["auth01_failed_after_failed_build"] == 1
+    table = dict(authorship_rows({"authorship": summary}))
+    assert table["rejected by AUTH-01 after a failed build (fell back to PyTorch)"] == "1"
+
+
+def test_a_rows_failed_builds_are_each_named_once_with_their_first_error() -> None:
+    from kernelgate.audit.judge import FAILED_BUILDS_KEPT, failed_builds
+
+    record = {
+        "paid": [
+            {"builds": [{"what": "ext a", "ok": False, "error": "a.cu(3): error: x"}]},
+            {"builds": [{"what": "ext a", "ok": False}, {"what": "ext b", "ok": True}]},
+            {"builds": [{"what": f"ext {i}", "ok": False} for i in range(5)]},
+        ]
+    }
+    found = failed_builds(record)
+    assert found[0] == {"what": "ext a", "error": "a.cu(3): error: x"}
+    assert len(found) == FAILED_BUILDS_KEPT and all(b["what"] != "ext b" for b in found)
+    assert failed_builds({}) == [] and failed_builds({"paid": None}) == []
 
 
 def test_an_audit_applies_the_rule_and_reports_the_share(tmp_path: Path) -> None:

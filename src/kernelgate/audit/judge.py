@@ -221,6 +221,7 @@ def base_row(record: CorpusRecord) -> dict[str, Any]:
         "static_findings": [],
         "failed_rules": [],
         "authored_share": None,  # AUTH-01's measure, when the gates ran and it was taken
+        "failed_builds": [],  # [{what, error}] of the candidate's builds that failed
         "gates": [],
         "skipped": [],
         "contract": None,
@@ -672,6 +673,10 @@ def judge_record(
             "failed_rules": verdict.failed_rules,
             # AUTH-01's measure (None: not measured), for the report's histogram
             "authored_share": (verdict.authorship or {}).get("authored_share"),
+            # the candidate's builds that failed, with each one's first compiler error: a
+            # candidate that falls back to PyTorch when its extension does not compile here
+            # reads as having no kernel of its own, and the report says why
+            "failed_builds": failed_builds(verdict.compile),
             "gates": [
                 {
                     "id": gate.id,
@@ -840,6 +845,22 @@ def peak_memory() -> dict[str, int | None]:
         "children_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * kib,
         "judge_gpu_reserved_bytes": gpu,
     }
+
+
+FAILED_BUILDS_KEPT = 3  # per row: the builds that failed, each named once
+
+
+def failed_builds(compile_record: dict[str, Any]) -> list[dict[str, str]]:
+    """The distinct builds that failed in a verdict's compile record (``Verdict.compile``),
+    each with its first compiler error where the worker said it, at most
+    ``FAILED_BUILDS_KEPT``."""
+    seen: dict[str, dict[str, str]] = {}
+    for paid in compile_record.get("paid") or []:
+        for build in paid.get("builds") or []:
+            what = str(build.get("what", "?"))
+            if build.get("ok") is False and what not in seen:
+                seen[what] = {"what": what, "error": str(build.get("error") or "")}
+    return list(seen.values())[:FAILED_BUILDS_KEPT]
 
 
 @contextlib.contextmanager

@@ -337,6 +337,7 @@ def summarize(
                 "failed_rules": r.get("failed_rules", []),
                 "unguarded_precondition": r.get("unguarded_precondition", []),
                 "authored_share": r.get("authored_share"),
+                "failed_builds": r.get("failed_builds", []),
                 "reason": local(r.get("reason")),
                 "seconds": r["seconds"],
                 "replay": local(r.get("replay")),
@@ -494,6 +495,12 @@ def authorship_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median": statistics.median(shares) if shares else None,
         "below_half": sum(1 for s in shares if s < 0.5),
         "auth01_failed": sum(1 for r in judged if "AUTH-01" in r.get("failed_rules", [])),
+        # why a share is 0 so often in corpora of generated code: the extension did not
+        # compile here and the candidate fell back to PyTorch (rows carry the first error)
+        "failed_build": sum(1 for r in judged if r.get("failed_builds")),
+        "auth01_failed_after_failed_build": sum(
+            1 for r in judged if r.get("failed_builds") and "AUTH-01" in r.get("failed_rules", [])
+        ),
     }
 
 
@@ -508,6 +515,11 @@ def authorship_rows(summary: dict[str, Any]) -> list[list[str]]:
         ["median share", _pct(a["median"])],
         ["below 50%", str(a["below_half"])],
         ["rejected by AUTH-01", str(a["auth01_failed"])],
+        ["an extension build failed", str(a.get("failed_build", 0))],
+        [
+            "rejected by AUTH-01 after a failed build (fell back to PyTorch)",
+            str(a.get("auth01_failed_after_failed_build", 0)),
+        ],
     ]
 
 
