@@ -301,3 +301,22 @@ def test_a_server_that_dies_leaves_later_workers_fresh(tmp_path, monkeypatch) ->
     assert server.failure
     later, _ = _record(tmp_path, "later")
     assert not later["forked"]
+
+
+@pytest.mark.parametrize(
+    "fork, device_fork, device, served",
+    [
+        (None, None, "cpu", True),
+        ("0", None, "cpu", False),
+        (None, None, "cuda", False),  # device workers: opt-in
+        (None, "1", "cuda", True),
+        ("0", "1", "cuda", False),  # switched off is off for every worker
+    ],
+)
+def test_which_workers_the_server_forks(monkeypatch, fork, device_fork, device, served) -> None:
+    for name, value in ((forkserver.ENABLE_ENV, fork), (forkserver.DEVICE_ENV, device_fork)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert forkserver.serves(device) is served

@@ -14,8 +14,9 @@ No judge state, no inputs, no candidate: the candidate arrives later, by path, i
 request the judge sends over the worker's own pipes. The server refuses to serve (and
 every worker starts fresh) where its imports initialised CUDA, started a thread, or left a
 shared writable mapping (``shared_writable_mappings``: a forked worker would share it with
-the server and its siblings). It is used in CPU mode only, without a wrapper (a device
-worker's CUDA start dominates its start-up, and compute-sanitizer must start the process).
+the server and its siblings). It serves CPU workers, and device workers where
+``KERNELGATE_WORKER_FORK_DEVICE=1`` (``serves``: opt-in until measured on the device); never a
+worker with a wrapper (compute-sanitizer must start the process).
 
 What each forked child does (``become_worker``), so that the worker it becomes equals one
 started fresh: a session of its own, stdin from /dev/null and stdout/stderr to the
@@ -60,6 +61,8 @@ from kernelgate.sandbox import confine
 from kernelgate.tune.knobs import VALUES_ENV as KNOB_VALUES_ENV
 
 ENABLE_ENV = "KERNELGATE_WORKER_FORK"  # "0": every worker is a fresh process
+# "1": device workers are forked too (opt-in until measured on the device; ``serves``)
+DEVICE_ENV = "KERNELGATE_WORKER_FORK_DEVICE"
 # Set for each worker, never read at import: one server serves workers that differ in them
 # (pytest sets PYTEST_CURRENT_TEST for every test; each session has its scratch).
 PER_WORKER_ENV = (
@@ -67,6 +70,7 @@ PER_WORKER_ENV = (
     KNOB_VALUES_ENV,
     "PYTEST_CURRENT_TEST",
     ENABLE_ENV,
+    DEVICE_ENV,
 )
 # The server's own stdout and stderr: a refusal says why on the socket, and its children
 # write to their sessions' logs, so nothing is kept (no shared file in /tmp to point at).
@@ -280,6 +284,23 @@ _said = False
 
 def enabled() -> bool:
     return os.environ.get(ENABLE_ENV, "1").strip() != "0"
+
+
+def serves(device: str) -> bool:
+    """Whether a worker for ``device`` may be forked by the server (else it starts fresh).
+
+    CPU workers: unless switched off. Device workers only with ``DEVICE_ENV=1``. The server
+    never touches CUDA (it refuses to serve where its imports initialised it), so a forked
+    worker creates its own CUDA context after the fork, as a fresh one does, and skips the
+    imports (torch, the worker's modules: about 2-3 CPU s a worker, several workers a
+    record). On the H200 an audit's workers took 863 CPU s in 300 s beside the judges'
+    1,458 (benchmarks/results/audit-slices-h200-2026-12-04-s12.json); whether forking them
+    pays there, and that every device gate judges a forked worker as a fresh one, is to be
+    measured on the device before this becomes the default (tests/test_gpu_worker_fork.py).
+    """
+    if not enabled():
+        return False
+    return device == "cpu" or os.environ.get(DEVICE_ENV, "0").strip() == "1"
 
 
 def say_fallback(reason: str) -> None:

@@ -223,9 +223,9 @@ class WorkerSession:
         pipes: tuple[int, int],
     ) -> JudgeProcess | None:
         """The worker, forked by the worker fork server (sandbox/forkserver.py) with the
-        confinement and environment ``launch`` would give it; None: start it fresh (device
-        mode, a wrapper, the server switched off or failing)."""
-        if self.device != "cpu" or self.wrapper or launch.fresh_only:
+        confinement and environment ``launch`` would give it; None: start it fresh (a
+        device the server does not serve, a wrapper, the server switched off or failing)."""
+        if not forkserver.serves(self.device) or self.wrapper or launch.fresh_only:
             return None
         server = forkserver.server_for(env)
         if server is None:
