@@ -105,11 +105,12 @@ def test_assess_with_dispatches_on_the_model_name() -> None:
     assert assess_ensemble(expected, actual, honest).passed
 
 
-def test_magnitude_of_matmul_is_abs_a_times_abs_b() -> None:
-    class MatMul(torch.nn.Module):
-        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-            return (a @ b).reshape(-1)
+class MatMul(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a @ b).reshape(-1)
 
+
+def test_magnitude_of_matmul_is_abs_a_times_abs_b() -> None:
     g = torch.Generator().manual_seed(1)
     a = torch.randn(3, 5, generator=g, dtype=torch.float64)
     b = torch.randn(5, 2, generator=g, dtype=torch.float64)
@@ -190,3 +191,17 @@ def test_order_bound_never_below_what_honest_evaluations_reach() -> None:
     assert judged.passed
     assert judged.params["positions_at_honest_floor"] == expected.numel()
     assert not assess_order(expected, lossier, honest, magnitude=mag, n=1024).passed
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_magnitudes_stay_on_the_device_they_were_computed_on() -> None:
+    """No trip to the host and back: the judgement that uses them runs on that device."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(8, 16, generator=g, dtype=torch.float64)
+    b = torch.randn(16, 4, generator=g, dtype=torch.float64)
+    on_cpu, n = magnitude(MatMul(), [a, b], entry("matmul"))
+    on_device, n_device = magnitude(MatMul().cuda(), [a.cuda(), b.cuda()], entry("matmul"))
+    assert on_cpu[0].device.type == "cpu" and on_device[0].device.type == "cuda"
+    assert n == n_device == 16
+    torch.testing.assert_close(on_device[0].cpu(), on_cpu[0], rtol=1e-12, atol=0)
