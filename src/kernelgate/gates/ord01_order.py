@@ -46,6 +46,15 @@ def reduction_structure(ctx: GateContext) -> tuple[bool, str]:
     return False, "the reference calls no reducing op (" + (", ".join(ops) or "none") + ")"
 
 
+def floating_inputs(ctx: GateContext) -> frozenset[int]:
+    """Positions of the reference's floating inputs: the ones ORD-01 and PRC-02 build."""
+    return frozenset(
+        i
+        for i, v in enumerate(ctx.template)
+        if isinstance(v, torch.Tensor) and v.is_floating_point()
+    )
+
+
 def first_float_input(ctx: GateContext) -> int | None:
     for i, v in enumerate(ctx.template):
         if isinstance(v, torch.Tensor) and v.is_floating_point():
@@ -100,10 +109,11 @@ class OrderGate(Gate):
             if ctx.focused_out(self.id, f"pattern={pattern}"):  # a replay of another case
                 continue
             seed = ctx.case_seed(self.id, index)
-            case = ctx.drawn_case(f"pattern={pattern}", seed)
+            # every floating input is replaced below: none is drawn only to be thrown away
+            case = ctx.drawn_case(f"pattern={pattern}", seed, replaced=floating_inputs(ctx))
             case.values = [
                 (
-                    cancellation(pattern, seed, tuple(v.shape), v.dtype)
+                    cancellation(pattern, seed, tuple(v.shape), v.dtype, device=ctx.oracle.device)
                     if i == target
                     else ones_like_template(v)
                 )

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from kernelgate.gates.base import Case, Gate, GateContext, GateKind, GateResult, Run
-from kernelgate.gates.ord01_order import judge_run, reduction_structure
+from kernelgate.gates.ord01_order import floating_inputs, judge_run, reduction_structure
 from kernelgate.inputs.adversarial import long_positive
 
 # (label, spread): values uniform in [1 - spread/2, 1 + spread/2)
@@ -38,9 +38,12 @@ class AccumulatorGate(Gate):
         worst, params = 0.0, {}
         for index, (label, spread) in enumerate(CASES):
             seed = ctx.case_seed(self.id, index)
-            case = ctx.drawn_case(f"values={label}", seed)
+            # every floating input is replaced below: none is drawn only to be thrown away
+            case = ctx.drawn_case(f"values={label}", seed, replaced=floating_inputs(ctx))
             case.values = [
-                long_positive(seed + 7919 * i, tuple(v.shape), v.dtype, spread)
+                long_positive(
+                    seed + 7919 * i, tuple(v.shape), v.dtype, spread, device=ctx.oracle.device
+                )
                 if isinstance(v, torch.Tensor) and v.is_floating_point()
                 else v
                 for i, v in enumerate(case.values)

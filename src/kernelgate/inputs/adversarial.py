@@ -49,23 +49,39 @@ def _to_axis(rows: torch.Tensor, shape: tuple[int, ...], axis: int) -> torch.Ten
 
 
 def cancellation(
-    pattern: str, seed: int, shape: tuple[int, ...], dtype: torch.dtype, axis: int = -1
+    pattern: str,
+    seed: int,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    axis: int = -1,
+    device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """Values of ``dtype`` whose reduction along ``axis`` cancels large terms exactly."""
-    g = torch.Generator().manual_seed(seed)
+    """Values of ``dtype`` whose reduction along ``axis`` cancels large terms exactly, on
+    the CPU.
+
+    ``device`` is where the rows are drawn, sorted and rounded (as ``distributions.draw``'s
+    are): on the host a KernelBench-sized case took a judge given one core several seconds
+    of float64 passes (random draw, rounding twice, a sort, a transpose). The same seed
+    gives other values on another device type, so a replay names its device. There
+    "cancel-pairs" places its pairs from a CPU generator of the same seed (``cpu_stream``
+    emulates the CPU generator's permutations only).
+    """
+    device = torch.device(device)
+    g = torch.Generator(device).manual_seed(seed)
     axis = axis % len(shape) if shape else 0
     n_rows, n = _rows(tuple(shape), axis)
     big = 2.0 ** significand_bits(dtype)
-    rows = torch.rand((n_rows, n), generator=g, dtype=torch.float64) * 0.75 + 0.25
+    rows = torch.rand((n_rows, n), generator=g, dtype=torch.float64, device=device) * 0.75 + 0.25
     rows = round_to(rows, dtype).to(torch.float64)
     if n >= 2:
         if pattern == "cancel-ends":
             rows[:, 0], rows[:, -1] = big, -big
         elif pattern == "cancel-pairs":
+            pairs_from = g if device.type == "cpu" else torch.Generator().manual_seed(seed)
             if n < cpu_stream.RANDPERM_SWAP_LIMIT and cpu_stream.agrees_with_torch():
-                _place_pairs(rows, g, big)
+                _place_pairs(rows, pairs_from, big)
             else:
-                _place_pairs_row_by_row(rows, g, big)
+                _place_pairs_row_by_row(rows, pairs_from, big)
         elif pattern == "sorted-descending":
             rows = rows.sort(dim=1, descending=True).values
             rows[:, 0], rows[:, -1] = big, -big
@@ -74,7 +90,7 @@ def cancellation(
             rows[:, -2], rows[:, -1] = big, -big
         else:
             raise ValueError(f"unknown cancellation pattern {pattern!r}; known: {PATTERNS}")
-    return round_to(_to_axis(rows, tuple(shape), axis), dtype)
+    return round_to(_to_axis(rows, tuple(shape), axis), dtype).cpu()
 
 
 def _place_pairs_row_by_row(rows: torch.Tensor, g: torch.Generator, big: float) -> None:
@@ -88,8 +104,8 @@ def _place_pairs_row_by_row(rows: torch.Tensor, g: torch.Generator, big: float) 
     n_rows, n = rows.shape
     pairs = max(1, n // 64)
     for r in range(n_rows):
-        where = torch.randperm(n, generator=g)[: 2 * pairs]
-        scale = big * 2.0 ** torch.randint(0, 3, (pairs,), generator=g).to(torch.float64)
+        where = torch.randperm(n, generator=g)[: 2 * pairs].to(rows.device)
+        scale = big * 2.0 ** torch.randint(0, 3, (pairs,), generator=g).to(rows)
         rows[r, where[:pairs]] = scale
         rows[r, where[pairs:]] = -scale
 
@@ -112,19 +128,25 @@ def _place_pairs(rows: torch.Tensor, g: torch.Generator, big: float) -> None:
         # Steps past n - 2 (only when 2 * pairs == n) have one choice and take no word.
         where = torch.from_numpy(cpu_stream.fisher_yates_prefix(drawn[:, : 2 * pairs], n))
         exponent = torch.from_numpy(drawn[:, n - 1 :] % 3)
+        where, exponent = where.to(rows.device), exponent.to(rows.device)
         scale = big * 2.0 ** exponent.to(torch.float64)
-        row = torch.arange(start, start + count).unsqueeze(1)
+        row = torch.arange(start, start + count, device=rows.device).unsqueeze(1)
         rows[row, where[:, :pairs]] = scale
         rows[row, where[:, pairs:]] = -scale
 
 
 def long_positive(
-    seed: int, shape: tuple[int, ...], dtype: torch.dtype, spread: float = 1.0
+    seed: int,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    spread: float = 1.0,
+    device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """One-signed values in [1 - spread/2, 1 + spread/2) with full fraction bits (PRC-02)."""
-    g = torch.Generator().manual_seed(seed)
-    values = 1.0 + (torch.rand(tuple(shape), generator=g, dtype=torch.float64) - 0.5) * spread
-    return round_to(values, dtype)
+    """One-signed values in [1 - spread/2, 1 + spread/2) with full fraction bits (PRC-02),
+    on the CPU; drawn and rounded on ``device`` (see ``cancellation``)."""
+    g = torch.Generator(device).manual_seed(seed)
+    drawn = torch.rand(tuple(shape), generator=g, dtype=torch.float64, device=device)
+    return round_to(1.0 + (drawn - 0.5) * spread, dtype).cpu()
 
 
 def ones_like_template(template: torch.Tensor) -> torch.Tensor:
