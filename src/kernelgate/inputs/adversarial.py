@@ -22,6 +22,7 @@ import torch
 
 from kernelgate.inputs import cpu_stream
 from kernelgate.inputs.distributions import round_to
+from kernelgate.inputs.host import to_host
 
 PATTERNS = ("cancel-ends", "cancel-pairs", "sorted-descending", "sorted-ascending")
 # Generator words drawn per block of rows by ``_place_pairs`` (about 128 MiB of int64 words
@@ -90,7 +91,7 @@ def cancellation(
             rows[:, -2], rows[:, -1] = big, -big
         else:
             raise ValueError(f"unknown cancellation pattern {pattern!r}; known: {PATTERNS}")
-    return round_to(_to_axis(rows, tuple(shape), axis), dtype).cpu()
+    return to_host(round_to(_to_axis(rows, tuple(shape), axis), dtype))
 
 
 def _place_pairs_row_by_row(rows: torch.Tensor, g: torch.Generator, big: float) -> None:
@@ -146,7 +147,7 @@ def long_positive(
     on the CPU; drawn and rounded on ``device`` (see ``cancellation``)."""
     g = torch.Generator(device).manual_seed(seed)
     drawn = torch.rand(tuple(shape), generator=g, dtype=torch.float64, device=device)
-    return round_to(1.0 + (drawn - 0.5) * spread, dtype).cpu()
+    return to_host(round_to(1.0 + (drawn - 0.5) * spread, dtype))
 
 
 def ones_like_template(template: torch.Tensor) -> torch.Tensor:

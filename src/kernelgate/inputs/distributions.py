@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import torch
 
+from kernelgate.inputs.host import to_host
+
 Draw = Callable[[torch.Generator, tuple[int, ...], torch.dtype], torch.Tensor]
 
 
@@ -95,7 +97,7 @@ def draw(
     generator = torch.Generator(device).manual_seed(seed)
     with torch.device(device):
         values = DISTRIBUTIONS[name](generator, tuple(shape), dtype)
-    return round_to(values, dtype).cpu()
+    return to_host(round_to(values, dtype))
 
 
 def round_to(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -25,6 +25,7 @@ import torch
 
 from kernelgate.errors import ReferenceError_
 from kernelgate.formats.kernelbench import ReferenceProgram
+from kernelgate.inputs.host import to_host
 from kernelgate.oracle.compare import ValueClass, value_classes
 from kernelgate.oracle.zero_sign import OpenSigns, open_signs
 
@@ -40,7 +41,8 @@ def cast_values(value: Any, dtype: torch.dtype | None, device: torch.device) -> 
     """Tensors in ``value`` (nested lists and tuples too) moved to ``device`` and, where
     floating and ``dtype`` is given, cast to it; everything else as it is."""
     if isinstance(value, torch.Tensor):
-        value = value.to(device)
+        # to the host: pinned, so the copy engine writes it (inputs/host.py)
+        value = to_host(value) if torch.device(device).type == "cpu" else value.to(device)
         if dtype is not None and value.is_floating_point():
             value = value.to(dtype)
         return value
