@@ -899,13 +899,13 @@ def _main(request_path: str, result_path: str, via: str = "process") -> None:
     launched_at = request.get("launched_at")
     started = time.time() - launched_at if isinstance(launched_at, int | float) else None
     _log_step(f"judge up {'?' if started is None else f'{started:.2f}'} s after its launch ({via})")
-    cuda_wait = "block"
+    cuda_wait = None  # how this judge waits for its GPU, said in its row
     if options.device != "cpu":
-        not_blocking = block_on_device_waits()  # before this judge's first CUDA call
-        cuda_wait = "block" if not_blocking is None else f"spin ({not_blocking})"
+        why_not = block_on_device_waits()  # before this judge's first CUDA call
+        cuda_wait = "block" if why_not is None else f"spin ({why_not})"
     with _profiled(work_folder_name(record.id)):
         row = judge_record(record, options, Path(result_path).parent, Path(request["scratch"]))
-    if options.device != "cpu":
+    if cuda_wait is not None:
         row["judge_cuda_wait"] = cuda_wait
     # seconds from the audit's launch of this judge to its first step (the imports, or the
     # zygote's fork): what a judge costs before it judges anything
