@@ -25,6 +25,10 @@ loads convert them to fp32, exactly, before any dot), so this exercises the 16-b
 code; it cannot model tensor-core accumulation order.
 
     PYTHONPATH=src TRITON_INTERPRET=1 python benchmarks/gdn_bwd_dot_precision.py
+
+Since the fix, 16-bit inputs reach the kernels as fp32 copies (``chunk.SIXTEEN_BIT_COMPUTE =
+"fp32"``) and every dot is "ieee", so no variant changes anything; ``--compute tf32`` (the
+default here) runs the kernels' own 16-bit path, whose dots the variants model.
 """
 
 from __future__ import annotations
@@ -173,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--shape", default="2,70,2,32,32", help="B,T,H,K,V")
     parser.add_argument(
+        "--compute",
+        default="tf32",
+        choices=("tf32", "fp32"),
+        help="chunk.SIXTEEN_BIT_COMPUTE: the kernels' 16-bit path (tf32) or fp32 copies",
+    )
+    parser.add_argument(
         "--per-kernel",
         action="store_true",
         help="each variant in one kernel at a time (the others exact): which dots matter",
@@ -181,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     keys = ("batch_size", "seq_len", "num_heads", "head_dim_k", "head_dim_v")
     sizes = dict(zip(keys, (int(s) for s in args.shape.split(",")), strict=True))
     sys.path.insert(0, str(ROOT / "src"))
+    from kernelgate.kernels.gdn import chunk
+
+    chunk.SIXTEEN_BIT_COMPUTE = args.compute
     reference = _load(EXAMPLE / "reference_bf16.py", "gdn_bwd_reference_bf16").Model()
     candidate = _load(EXAMPLE / "candidate.py", "gdn_bwd_candidate").ModelNew()
     original = interpreter.InterpreterBuilder.create_dot
