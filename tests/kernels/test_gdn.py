@@ -197,6 +197,29 @@ def test_chunk_strong_decays_as_accurate_as_fp32_recurrence():
     assert ours_err <= 4 * honest_err, (ours_err, honest_err)
 
 
+def test_chunk_bf16_runs_the_fp32_kernels_and_rounds_once():
+    """bf16 inputs are computed as fp32 copies (chunk.SIXTEEN_BIT_COMPUTE = "fp32"): o and
+    the bf16 gradients are the fp32 kernels' results on the same values rounded once to bf16,
+    and the fp32 outputs (the final state, dg, dh0) are those results bit for bit. Before,
+    the kernels ran TF32 dots on their fp32 intermediates for bf16 inputs, which left dg and
+    dh0 60-160x outside the bf16 backward contract's bound on the H200 (the interpreter's
+    exact dots could not show it; benchmarks/gdn_bwd_dot_precision.py emulates them)."""
+    inputs = make_inputs(2, 70, 2, 16, 24, dtype=torch.bfloat16, seed=5)
+    gen = torch.Generator(device=DEVICE).manual_seed(6)
+    do = torch.randn(2, 70, 2, 24, generator=gen, device=DEVICE).bfloat16()
+    dht = torch.randn(2, 2, 16, 24, generator=gen, device=DEVICE)
+    results = []
+    for cast in (lambda x: x, lambda x: x.float()):
+        xs = [cast(x).detach().requires_grad_() for x in inputs]
+        o, ht = chunk_gated_delta_rule(*xs[:5], initial_state=xs[5], output_final_state=True)
+        grads = torch.autograd.grad((o, ht), xs, (cast(do), dht))
+        results.append((o, ht, *grads))
+    bf16, fp32 = results
+    for name, ours, ref in zip(("o", "ht", *GRAD_NAMES), bf16, fp32, strict=True):
+        assert ours.dtype == (torch.float32 if name in ("ht", "g", "h0") else torch.bfloat16)
+        assert torch.equal(ours, ref.to(ours.dtype)), name
+
+
 # Kernels whose offline sm_90 compile must stay within 255 registers and no spill stores:
 # all of them (benchmarks/gdn_bwd_resources.py covers more head sizes and Triton 3.6).
 SPILL_FREE_KERNELS = (
@@ -236,7 +259,8 @@ def test_kernels_compile_for_sm90_without_spills():
     K = V = 32, T = 130 (also with inputs at a storage offset, as CMP-02 passes them: they must
     launch the same, aligned specialization): record the interpreted launches, compile them
     offline for sm_90 in a process without the interpreter (kernelgate.sandbox.resources),
-    check the figures."""
+    check the figures. bf16 inputs run as fp32 copies (chunk.SIXTEEN_BIT_COMPUTE), so they
+    launch the fp32 specializations and nothing of their own."""
     from triton.runtime.interpreter import InterpretedFunction
 
     from kernelgate.sandbox.resources import LaunchRecorder
@@ -267,8 +291,10 @@ def test_kernels_compile_for_sm90_without_spills():
         ]
     finally:
         InterpretedFunction.run = original_run
-    # The misaligned inputs launched nothing new: every pointer is 16-byte aligned ("D").
-    assert len(records) == 3 * len(SPILL_FREE_KERNELS)
+    # The misaligned inputs and the bf16 ones launched nothing new: every pointer is 16-byte
+    # aligned ("D"), and every dot IEEE fp32.
+    assert len(records) == 2 * len(SPILL_FREE_KERNELS)
+    assert all(r["constexprs"].get("PREC", "ieee") == "ieee" for r in records)
     for record in records:
         pointers = [n for n, kind in record["signature"].items() if kind.startswith("*")]
         assert all(record["attrs"].get(n) == "D" for n in pointers), record["attrs"]
