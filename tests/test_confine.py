@@ -443,3 +443,31 @@ def test_launcher_passes_the_workers_exit_and_signal_on(tmp_path) -> None:
     segfault = [sys.executable, "-c", "import ctypes; ctypes.string_at(0)"]
     killed = subprocess.run([*launcher, *segfault], cwd=tmp_path, timeout=30)
     assert killed.returncode == -signal.SIGSEGV  # a crash reads as a crash, PID 1 or not
+
+
+def test_stale_cgroup_folders_of_dead_launchers_are_swept_and_never_collided_with(
+    tmp_path: Path,
+) -> None:
+    """A launcher killed before it removes its pids cgroup leaves the folder behind; a
+    later launcher with the same pid once failed to create its own (EEXIST) and its worker
+    lost the process bound. Folders now carry a token, and the empty folders of launchers
+    no longer alive are removed."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = int(done.stdout)
+    names = {
+        f"kernelgate-{dead}": False,  # the old naming, dead owner, empty: swept
+        f"kernelgate-{dead}-0a0b0c0d": False,  # dead owner, empty: swept
+        f"kernelgate-{os.getpid()}-11223344": True,  # a live launcher's: kept
+        f"kernelgate-{dead}-deadbeef": True,  # not empty (a cgroup with tasks): kept
+        "other-123": True,  # not ours: kept
+    }
+    for name in names:
+        (tmp_path / name).mkdir()
+    (tmp_path / f"kernelgate-{dead}-deadbeef" / "task").write_text("")
+    confine.sweep_stale_cgroups(str(tmp_path))
+    assert {name: (tmp_path / name).exists() for name in names} == names

@@ -624,9 +624,12 @@ def apply_rlimits(policy: Policy, report: Report) -> None:
         report.lack("rlimits", _reason(exc))
 
 
-def pids_cgroup(policy: Policy) -> tuple[str | None, str]:
+PIDS_BASE = "/sys/fs/cgroup/pids"
+CGROUP_PREFIX = "kernelgate-"
+
+
+def pids_cgroup(policy: Policy, base: str = PIDS_BASE) -> tuple[str | None, str]:
     """A v1 pids cgroup below ours bounding the worker's tasks; (folder, why not)."""
-    base = "/sys/fs/cgroup/pids"
     if not os.path.isdir(base):
         return None, "no cgroup v1 pids hierarchy (cgroup v2 delegation is not used)"
     try:
@@ -639,12 +642,46 @@ def pids_cgroup(policy: Policy) -> tuple[str | None, str]:
                 ),
                 "/",
             )
-        folder = os.path.join(base + ours, f"kernelgate-{os.getpid()}")
+        parent = base + ours
+        sweep_stale_cgroups(parent)
+        # the pid, then a token: a launcher killed before ``remove_cgroup`` leaves its
+        # folder behind, and a later launcher given the same pid must not collide with it
+        # (that collision cost the worker its process bound, intermittently, in the tests)
+        folder = os.path.join(parent, f"{CGROUP_PREFIX}{os.getpid()}-{os.urandom(4).hex()}")
         os.mkdir(folder)
         _write(os.path.join(folder, "pids.max"), str(policy.processes))
         return folder, ""
     except OSError as exc:
         return None, f"cannot create a pids cgroup: {_reason(exc)}"
+
+
+def sweep_stale_cgroups(parent: str) -> None:
+    """Remove the empty cgroup folders that launchers killed before ``remove_cgroup`` left
+    in ``parent`` (best effort). Only the folders of launchers no longer alive are touched:
+    a live launcher's folder is empty between its creation and its child joining it. A
+    cgroup folder with tasks in it cannot be removed (``rmdir`` refuses)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(CGROUP_PREFIX):
+            continue
+        owner = name[len(CGROUP_PREFIX) :].split("-", 1)[0]
+        if not owner.isdigit() or _alive(int(owner)):
+            continue
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(parent, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by someone else
+        return True
+    return True
 
 
 def remove_cgroup(folder: str | None) -> None:
