@@ -148,3 +148,26 @@ def test_the_judge_keeps_a_failed_builds_error_in_its_record() -> None:
         {"what": "ok-ext", "seconds": 1.0, "ok": True},
     ]
     assert clock.failed_builds == ["ext"]
+
+
+def test_the_key_leaves_out_objects_a_failed_build_left_behind(tmp_path) -> None:
+    """torch's extension build.ninja: two compile statements and a link. The build that
+    failed keyed before any object existed; the next worker keys with the object that did
+    compile lying there. Both must find the same key, or the failure is compiled again."""
+    folder = tmp_path / "ext"
+    folder.mkdir()
+    (folder / "main.cpp").write_text("broken(")
+    (folder / "cuda.cu").write_text("__global__ void k() {}")
+    (folder / "build.ninja").write_text(
+        "rule compile\n  command = c++ -c $in -o $out\n"
+        "rule cuda_compile\n  command = nvcc -c $in -o $out\n"
+        "rule link\n  command = c++ $in -o $out\n"
+        f"build main.o: compile {folder}/main.cpp\n"
+        f"build cuda.cuda.o: cuda_compile {folder}/cuda.cu\n"
+        "build ext.so: link main.o cuda.cuda.o\n"
+    )
+    before = builds.build_key(folder)
+    (folder / "cuda.cuda.o").write_bytes(b"\x7fELF the object that compiled")
+    assert builds.build_key(folder) == before
+    (folder / "cuda.cu").write_text("__global__ void k2() {}")  # a source still counts
+    assert builds.build_key(folder) != before

@@ -61,15 +61,29 @@ def build_key(build_directory: str | Path) -> str | None:
 
 
 def _named_inputs(ninja: str, folder: Path) -> set[str]:
-    """Paths after the rule name of each ``build OUT: RULE IN...`` statement that exist as
-    files (the sources; intermediate objects do not exist yet when a build fails)."""
+    """The sources: paths after the rule name of each ``build OUT: RULE IN...`` statement
+    that exist as files and that no statement builds.
+
+    The objects a statement builds are left out even where they exist: a failed build can
+    leave some behind (the CUDA object compiled, the C++ one did not), and a key that read
+    them differed between the build that failed and every later one. The old check's
+    failure was then never replayed in the judge's worker, which compiled the same broken
+    extension a second time (13-18 s of nvcc a record in the H200 audit of 2026-12-04)."""
+    statements = [
+        line.split(":", 1)
+        for line in ninja.splitlines()
+        if line.startswith("build ") and ":" in line
+    ]
+
+    def path_of(token: str) -> str:
+        return token if os.path.isabs(token) else str(folder / token)
+
+    built = {path_of(t) for outputs, _ in statements for t in outputs.split()[1:] if t != "|"}
     named: set[str] = set()
-    for line in ninja.splitlines():
-        if not line.startswith("build ") or ":" not in line:
-            continue
-        for token in line.split(":", 1)[1].split()[1:]:
-            path = token if os.path.isabs(token) else str(folder / token)
-            if token != "|" and os.path.isfile(path):
+    for _, inputs in statements:
+        for token in inputs.split()[1:]:
+            path = path_of(token)
+            if token != "|" and path not in built and os.path.isfile(path):
                 named.add(path)
     return named
 
