@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelgate.audit.processes import JudgeProcess
+from kernelgate.sandbox.confine import pid_alive
 
 GIB = 1 << 30
 BYTES_PER_ELEMENT = 2 * 8 + 3 * 4 + 3 * 4  # oracle (float64), judge side, worker side
@@ -91,16 +92,6 @@ def ledger_path(folder: Path) -> Path:
     return folder / f"{socket.gethostname()}-gpu{gpu}.json"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @dataclass
 class Ledger:
     """Reservations of device memory by the judges of one GPU (see the module docstring)."""
@@ -122,7 +113,7 @@ class Ledger:
                 entries = {
                     int(pid): int(size)
                     for pid, size in (raw.items() if isinstance(raw, dict) else ())
-                    if str(pid).isdigit() and _alive(int(pid))
+                    if str(pid).isdigit() and pid_alive(int(pid))
                 }
                 yield entries
                 temporary = self.path.with_suffix(".tmp")

@@ -31,12 +31,11 @@ def block_on_device_waits() -> str | None:
     here); None when done, else why not (no driver, no device, asked not to), never raises."""
     if os.environ.get(ENV, "").strip().lower() == "spin":
         return f"{ENV}=spin"
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError as exc:
-        return f"no CUDA driver: {exc}"
+    cuda = _initialised_driver()
+    if isinstance(cuda, str):
+        return cuda
     count = ctypes.c_int()
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return "the CUDA driver did not initialise"
     if count.value == 0:
         return "no CUDA device visible"
@@ -45,26 +44,36 @@ def block_on_device_waits() -> str | None:
     )
     if set_flags is None:
         return "this CUDA driver cannot set a primary context's flags"
-    failed = []
-    for index in range(count.value):
-        device = ctypes.c_int()
-        if cuda.cuDeviceGet(ctypes.byref(device), index) != 0:
-            failed.append(index)
-            continue
-        if set_flags(device, ctypes.c_uint(CU_CTX_SCHED_BLOCKING_SYNC)) != 0:
-            failed.append(index)
+    failed = [
+        index
+        for index in range(count.value)
+        if (device := _device(cuda, index)) is None
+        or set_flags(device, ctypes.c_uint(CU_CTX_SCHED_BLOCKING_SYNC)) != 0
+    ]
     return f"the flag was refused on device(s) {failed}" if failed else None
 
 
 def primary_context_schedule(index: int = 0) -> int | None:
     """The scheduling bits (``CU_CTX_SCHED_*``) of device ``index``'s primary context, or
-    None where the driver cannot say: for tests and for the judge's own record."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
+    None where the driver cannot say (for the tests of ``block_on_device_waits``)."""
+    cuda = _initialised_driver()
+    device = None if isinstance(cuda, str) else _device(cuda, index)
+    if device is None:
         return None
-    device, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), index) != 0:
-        return None
+    flags, active = ctypes.c_uint(), ctypes.c_int()
     state = cuda.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active))
     return None if state != 0 else flags.value & CU_CTX_SCHED_MASK
+
+
+def _initialised_driver() -> ctypes.CDLL | str:
+    """libcuda, initialised, or why it is not there."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return f"no CUDA driver: {exc}"
+    return cuda if cuda.cuInit(0) == 0 else "the CUDA driver did not initialise"
+
+
+def _device(cuda: ctypes.CDLL, index: int) -> ctypes.c_int | None:
+    device = ctypes.c_int()
+    return device if cuda.cuDeviceGet(ctypes.byref(device), index) == 0 else None

@@ -56,10 +56,7 @@ def floating_inputs(ctx: GateContext) -> frozenset[int]:
 
 
 def first_float_input(ctx: GateContext) -> int | None:
-    for i, v in enumerate(ctx.template):
-        if isinstance(v, torch.Tensor) and v.is_floating_point():
-            return i
-    return None
+    return min(floating_inputs(ctx), default=None)
 
 
 def judge_run(

@@ -27,11 +27,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelgate.sandbox.builds import ERROR_CHARS  # a failed build's first error, cut to this
+
 DEFAULT_COMPILE_TIMEOUT = 900.0
 BUILD_EVENT = "build"
 MAX_BUILDS_KEPT = 32  # builds listed per exchange in the evidence (the seconds count all)
 WHAT_CHARS = 200  # a build's name as the worker gave it, cut to this
-ERROR_CHARS = 300  # a failed build's first error as the worker gave it, cut to this
 
 
 @dataclass

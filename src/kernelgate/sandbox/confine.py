@@ -668,18 +668,19 @@ def sweep_stale_cgroups(parent: str) -> None:
         if not name.startswith(CGROUP_PREFIX):
             continue
         owner = name[len(CGROUP_PREFIX) :].split("-", 1)[0]
-        if not owner.isdigit() or _alive(int(owner)):
+        if not owner.isdigit() or pid_alive(int(owner)):
             continue
         with contextlib.suppress(OSError):
             os.rmdir(os.path.join(parent, name))
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts: it exists)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # it exists, owned by someone else
+    except PermissionError:
         return True
     return True
 
