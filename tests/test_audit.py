@@ -692,6 +692,35 @@ def test_a_judge_adopts_what_a_candidate_double_forks_and_its_tree_is_killed() -
         judge.wait()
 
 
+def test_a_judges_last_act_returns_only_once_its_descendants_are_reaped() -> None:
+    """``kill_descendants`` waits for what it killed: a judge that exited while a killed
+    child was still dying would leave it running after its caller saw the judge return
+    (the hostile suite's "outlived" under load). Right after the call, neither the child
+    nor a double-forked grandchild it adopted is in /proc at all (a zombie would be)."""
+    script = (
+        "import importlib.util, json, os, subprocess, sys\n"
+        "spec = importlib.util.spec_from_file_location('processes', sys.argv[1])\n"
+        "processes = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(processes)\n"
+        "processes.become_subreaper()\n"
+        "child = subprocess.Popen(['sleep', '60'])\n"
+        "escaped = int(subprocess.run(['sh', '-c', 'sleep 60 >/dev/null 2>&1 & echo $!'],"
+        " capture_output=True, text=True).stdout)\n"
+        "left = processes.kill_descendants()\n"
+        "print(json.dumps({'left': left, 'present': [os.path.exists(f'/proc/{p}')"
+        " for p in (child.pid, escaped)]}))\n"
+    )
+    judge = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT / "src" / "kernelgate" / "audit" / "processes.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert judge.returncode == 0, judge.stderr
+    seen = json.loads(judge.stdout)
+    assert seen == {"left": [], "present": [False, False]}
+
+
 def test_the_resume_command_repeats_the_audit_but_not_what_it_forgot() -> None:
     from kernelgate.audit.command import resume_command
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -320,3 +322,34 @@ def test_which_workers_the_server_forks(monkeypatch, fork, device_fork, device, 
         else:
             monkeypatch.setenv(name, value)
     assert forkserver.serves(device) is served
+
+
+def test_a_judge_that_exits_takes_its_fork_server_with_it() -> None:
+    """A fork server dies with its judge through ``PR_SET_PDEATHSIG`` only a moment after
+    the judge is gone; ``stop_servers`` (at exit) kills and reaps it first, so nothing of
+    the judge runs once its caller sees it return. An exit hook registered before the
+    import runs after ``stop_servers`` (last in, first out) and looks for the server."""
+    if not forkserver.enabled():
+        pytest.skip(f"{forkserver.ENABLE_ENV}=0 for this run")
+    script = textwrap.dedent(
+        """
+        import atexit, json, os, sys
+        seen = {}
+        def look():
+            pid = seen.get("pid")
+            present = pid is not None and os.path.exists(f"/proc/{pid}")
+            print(json.dumps({"pid": pid, "present": present}))
+        atexit.register(look)
+        from kernelgate import bytecode
+        from kernelgate.sandbox import forkserver
+        server = forkserver.server_for(bytecode.child_env(dict(os.environ)))
+        seen["pid"] = None if server is None else server.pid
+        """
+    )
+    judge = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240
+    )
+    assert judge.returncode == 0, judge.stderr[-2000:]
+    seen = json.loads(judge.stdout.strip().splitlines()[-1])
+    assert seen["pid"] is not None, judge.stderr[-2000:]
+    assert seen["present"] is False

@@ -513,6 +513,15 @@ class Zygote:
                 with contextlib.suppress(OSError):
                     _send(self._sock, {"op": "retire"})
 
+    def stop(self, seconds: float = GONE_SECONDS) -> None:
+        """End the process now, with whatever it forked, and return once it is reaped (its
+        reader thread waits for it), or after ``seconds``."""
+        self.retire()
+        if self.pid is not None:
+            kill_tree(self.pid)
+        if self._thread is not threading.current_thread():
+            self._thread.join(seconds)
+
     def running(self) -> list[int]:
         """Pids of the judges forked and not yet collected."""
         with self._lock:

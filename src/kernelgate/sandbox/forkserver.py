@@ -348,6 +348,23 @@ def running_servers() -> list[int]:
         return [s.pid for s in _servers if s.pid is not None and s.failure is None]
 
 
+def stop_servers(seconds: float = zygote.GONE_SECONDS) -> None:
+    """End every fork server this process started, with its workers, and return once each
+    is reaped. Registered with ``atexit``: a server otherwise dies with its judge only
+    through ``PR_SET_PDEATHSIG``, a moment after the judge is gone, and whoever started the
+    judge would find a process of it still running (a judge is done when it returns)."""
+    global _current
+    with _lock:
+        servers = list(_servers)
+        _servers.clear()
+        _current = None
+    for server in servers:
+        server.stop(seconds)
+
+
+atexit.register(stop_servers)
+
+
 def end_open_workers(describe: Callable[[int], str | None], seconds: float) -> list[str]:
     """Kill every worker a fork server of this process still runs (a session left open)
     with its tree, and collect it (the server reaps it); returns ``describe`` of each one
