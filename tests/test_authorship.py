@@ -82,6 +82,15 @@ def test_an_authored_kernel_beside_a_library_matmul_shares_the_time() -> None:
     assert evidence["authored_s"] == pytest.approx(kernels["_row_softmax"]["device_time_s"])
 
 
+def test_a_lazy_output_is_read_inside_the_profiled_call() -> None:
+    """The candidate's kernel runs only when its output is read: reading it belongs to the
+    call (a judged call reads it too), so the kernel is in the profile and authored."""
+    evidence = profiled(HERE / "lazy_softmax.py", [torch.randn(30, 1000)])
+    kernel = by_name(evidence)["_lazy_row_softmax"]
+    assert kernel["authored"] is True and kernel["launches"] == 1
+    assert evidence["authored_share"] > 0.95
+
+
 # -- the rule in a verification ----------------------------------------------------------
 def test_auth01_rejects_an_eager_port_with_the_gates_kept() -> None:
     verdict = verify(

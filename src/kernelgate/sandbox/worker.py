@@ -287,7 +287,9 @@ class Worker:
 
         Not a judged call: no outputs go back, nothing is poisoned or kept, and the device is
         synchronised before the profiler stops (so the call's own kernels are all in the
-        trace, and none of the harness's copies are)."""
+        trace, and none of the harness's copies are). The outputs are read inside the call
+        as a judged call reads them (``_read_storages``): a lazy output computes then, and
+        that work is the call's."""
         try:
             read = _Mappings(self.device, keep=0).read if self.device.type == "cuda" else None
             sent = wire.decode_value(header["inputs"], blobs, read)
@@ -296,7 +298,7 @@ class Worker:
 
             def one_call() -> None:
                 with _no_grad():
-                    self.model(*inputs)
+                    _read_storages(self.model(*inputs))
                 if device.type == "cuda":
                     _synchronize(device)
 
@@ -513,6 +515,18 @@ def _reuse(previous: list[torch.Tensor], fresh: list[torch.Tensor]) -> list[torc
             storage = old
         reused.append(storage)
     return reused
+
+
+def _read_storages(value: Any) -> None:
+    """Ask every tensor in ``value`` for its storage, as ``wire.encode_value`` does for a
+    judged call, and nothing more: no copy. An output that computes only when it is read (a
+    lazy tensor subclass, CUDA-L1 h100 L1/T9) does its work here, inside the profiled call,
+    instead of later in the harness where AUTH-01 would not see it."""
+    if isinstance(value, torch.Tensor):
+        value.untyped_storage()
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _read_storages(item)
 
 
 def _materialize(
