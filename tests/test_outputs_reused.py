@@ -13,7 +13,13 @@ import kernelgate
 from kernelgate.contract.derive import contract_for
 from kernelgate.formats.kernelbench import load_reference
 from kernelgate.gates.base import GateContext, Status, run_gate
-from kernelgate.gates.ord02_determinism import KEPT_CALLS, SEQUENCE, DeterminismGate
+from kernelgate.gates.ord02_determinism import (
+    KEPT_WINDOWS,
+    SEQUENCE,
+    DeterminismGate,
+    inputs_written_over,
+    kept_windows,
+)
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
 from kernelgate.oracle.fp64 import Oracle
 from kernelgate.redteam.catalog import ROOT as REDTEAM
@@ -118,6 +124,18 @@ def test_the_worker_keeps_at_most_max_kept_calls(tmp_path: Path) -> None:
         assert len(session.kept_outputs([f"call {i}" for i in range(MAX_KEPT)])) == MAX_KEPT
 
 
+def test_the_worker_forgets_only_the_kept_outputs_it_is_told_to(tmp_path: Path) -> None:
+    x = torch.randn(8)
+    with WorkerSession(_candidate(tmp_path, "honest", HONEST), [], timeout=60) as session:
+        for name in ("call 0", "call 1"):
+            with session.keeping_outputs(name):
+                _call(session, x, x)
+        session.forget_kept(["call 0"])
+        assert list(session.kept_outputs(["call 1"])) == ["call 1"]
+        with pytest.raises(ExecutionIncident, match="no outputs kept"):
+            session.kept_outputs(["call 0"])
+
+
 def test_ord02_rejects_a_static_output_buffer_and_names_the_calls() -> None:
     verdict = kernelgate.verify(
         VECTOR_ADD, REDTEAM / "defects" / "static_output_buffer.py", only=["ORD-02"]
@@ -153,15 +171,47 @@ def test_ord02_rejects_a_candidate_that_writes_into_a_returned_output(tmp_path: 
 def test_ord02_passes_fresh_outputs_and_reused_scratch(reference: Path, candidate: str) -> None:
     gate = kernelgate.verify(reference, REDTEAM / candidate, only=["ORD-02"]).gate("ORD-02")
     assert gate.status is Status.PASS, gate.reason
-    assert gate.evidence["kept_calls"] == list(KEPT_CALLS)
-    assert gate.evidence["kept_reread_after"] == list(range(KEPT_CALLS[0] + 1, len(SEQUENCE)))
+    assert gate.evidence["kept_calls"] == {
+        str(c): f"through call {last}" for c, last in KEPT_WINDOWS.items()
+    }
 
 
-def test_kept_calls_are_the_first_of_each_input_and_never_reused_as_inputs() -> None:
+@pytest.mark.parametrize("in_place", [False, True])
+def test_kept_calls_hold_each_inputs_first_result_and_at_most_two_at_once(in_place: bool) -> None:
+    """The first call of each input is kept; at most two outputs are held during any call;
+    a call whose inputs a later call overwrites is kept exactly where no input is written
+    in place (there an honest output may be a view of its input)."""
+    windows = kept_windows(in_place)
     names = [name for name, _, _ in SEQUENCE]
-    assert sorted(names[call] for call in KEPT_CALLS) == sorted(set(names))
-    for call in KEPT_CALLS:  # the next call's inputs are not written into its storages
-        assert call + 1 == len(SEQUENCE) or not SEQUENCE[call + 1][2]
+    assert {names.index(n) for n in set(names)} <= set(windows)
+    for call in range(len(SEQUENCE)):
+        held = [c for c, last in windows.items() if c <= call <= last]
+        assert len(held) <= 2, (call, held)
+    overwritten = {inputs_written_over(c) for c in range(len(SEQUENCE))} - {None}
+    assert overwritten, "no call writes its inputs into an earlier call's storages"
+    for call in overwritten:
+        writer = call + 1
+        if in_place:
+            assert call not in windows
+        else:  # kept through the call that overwrites its inputs, and re-read after it
+            assert call in windows and windows[call] >= writer
+
+
+def test_ord02_rejects_an_output_that_is_computed_when_it_is_read() -> None:
+    """A lazy output (a tensor subclass holding the caller's input) reads right at once;
+    once the next call's inputs are written into its input buffers, it reads otherwise."""
+    gate = kernelgate.verify(SOFTMAX, REDTEAM / "defects" / "lazy_output.py", only=["ORD-02"]).gate(
+        "ORD-02"
+    )
+    assert gate.status is Status.FAIL
+    writer = next(c for c in range(len(SEQUENCE)) if inputs_written_over(c) is not None)
+    earlier = inputs_written_over(writer)
+    assert gate.reason.startswith(f"output 0 of call {earlier} changed after call {writer}")
+    assert "computed when read" in gate.reason
+    findings = gate.counterexample.findings
+    assert findings and all(
+        (f["changed_call"], f["after_call"]) == (earlier, writer) for f in findings
+    )
 
 
 @pytest.mark.parametrize(
@@ -184,7 +234,7 @@ def test_the_worker_holds_no_output_after_the_gate(tmp_path: Path, body: str, st
         result = run_gate(DeterminismGate(), ctx)
         assert result.status is status, result.reason
         assert session.alive
-        for call in KEPT_CALLS:
+        for call in KEPT_WINDOWS:
             with pytest.raises(ExecutionIncident, match="no outputs kept"):
                 session.kept_outputs([f"call {call}"])
     assert [i.detail for i in ctx.incidents] == (
@@ -210,7 +260,7 @@ def test_ord02_rejects_a_replayed_cuda_graphs_static_output() -> None:
 
 @pytest.mark.gpu
 def test_gpu_outputs_reused_red_team_and_control() -> None:
-    """On the device, through every gate: the three reuse defects rejected by ORD-02 (the
+    """On the device, through every gate: the four reuse defects rejected by ORD-02 (the
     CUDA graph one exists only there), the workspace control verified."""
     from kernelgate.redteam.runner import CAUGHT, PASSED, calibrate
 
@@ -218,6 +268,7 @@ def test_gpu_outputs_reused_red_team_and_control() -> None:
         "static_output_buffer",
         "cuda_graph_static_output",
         "previous_output_as_workspace",
+        "lazy_output",
         "workspace_reused",
     ]
     cal = calibrate("cuda", names, jobs=1)

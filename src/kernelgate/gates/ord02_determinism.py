@@ -39,16 +39,26 @@ SEQUENCE = [
 # where the main instance's first call was not kept (placed otherwise, or too large to hold).
 FRESH_INSTANCES = 2
 
-# Calls whose outputs the worker keeps alive to the end of the gate, as a caller holding its
-# results would: the first call of each input. None is followed by a call whose inputs go into
-# its input storages, so an output that is a view of its own input is never changed by the
-# judge itself. Two outputs held at once bound the memory this costs.
-KEPT_CALLS = tuple(
-    call
-    for call, (name, _, _) in enumerate(SEQUENCE)
-    if [n for n, _, _ in SEQUENCE].index(name) == call
-    and not (call + 1 < len(SEQUENCE) and SEQUENCE[call + 1][2])
-)
+# Calls whose outputs the worker keeps alive, as a caller holding its results would, each
+# mapped to the last call it is held through (its outputs are re-read after every later call
+# up to that one). The first call of each input is kept; so is call 1, whose input storages
+# call 2 writes its inputs into: a caller reusing its buffers must not change a result it
+# holds (an output computed only when it is read, or a view of its inputs). Call 0 is let go
+# once call 1 has been judged against it, so that at most two outputs are held at once, as
+# before call 1 was kept. Contracts with inputs written in place keep no call whose inputs a
+# later call overwrites: there an output may be a view of its input (``kept_windows``).
+KEPT_WINDOWS = {0: 1, 1: len(SEQUENCE) - 1, 2: len(SEQUENCE) - 1}
+KEPT_WINDOWS_IN_PLACE = {0: len(SEQUENCE) - 1, 2: len(SEQUENCE) - 1}
+
+
+def kept_windows(in_place: bool) -> dict[int, int]:
+    """Which calls' outputs are kept, and through which call (see ``KEPT_WINDOWS``)."""
+    return dict(KEPT_WINDOWS_IN_PLACE if in_place else KEPT_WINDOWS)
+
+
+def inputs_written_over(call: int) -> int | None:
+    """The earlier call whose input storages ``call`` writes its inputs into, or None."""
+    return call - 1 if call > 0 and SEQUENCE[call][2] else None
 
 
 class DeterminismGate(Gate):
@@ -70,15 +80,17 @@ class DeterminismGate(Gate):
             cases["A"] = main_first.case
         first: dict[str, Run] = {}
         kept: dict[int, Run] = {}
+        windows = kept_windows(bool(ctx.contract.postcondition.in_place))
         try:
             for call, (name, hold, reuse) in enumerate(SEQUENCE):
-                with self._keeping(ctx, call):
+                with self._keeping(ctx, call, windows):
                     run = ctx.run(self.id, cases[name], hold_bytes=hold, reuse_inputs=reuse)
                 reused = self._reused_outputs(ctx, call, run, kept)
                 if reused is not None:
                     return reused
-                if call in KEPT_CALLS:
+                if call in windows:
                     kept[call] = run
+                self._let_go(ctx, run.case, kept, windows, call)
                 if name not in first:
                     first[name] = run
                     continue
@@ -102,8 +114,7 @@ class DeterminismGate(Gate):
             "sequence": [n for n, _, _ in SEQUENCE],
             "hold_bytes": [h for _, h, _ in SEQUENCE],
             "at_previous_addresses": [r for _, _, r in SEQUENCE],
-            "kept_calls": list(KEPT_CALLS),
-            "kept_reread_after": list(range(KEPT_CALLS[0] + 1, len(SEQUENCE))),
+            "kept_calls": {str(c): f"through call {last}" for c, last in windows.items()},
         }
         fresh = self._fresh_instances(ctx, cases["A"], first["A"], main_first, evidence)
         if fresh is not None:
@@ -118,9 +129,9 @@ class DeterminismGate(Gate):
     # -- outputs reused across calls ------------------------------------------------------
     @staticmethod
     @contextlib.contextmanager
-    def _keeping(ctx: GateContext, call: int) -> Iterator[None]:
+    def _keeping(ctx: GateContext, call: int, windows: dict[int, int]) -> Iterator[None]:
         """The worker keeps this call's outputs alive, as a caller holding them would."""
-        if call not in KEPT_CALLS:
+        if call not in windows:
             yield
             return
         with ctx.session.keeping_outputs(f"call {call}"):
@@ -164,15 +175,38 @@ class DeterminismGate(Gate):
                 k, findings = changed
                 for finding in findings:
                     finding |= {"changed_call": earlier, "after_call": call}
+                why = "the candidate reuses storage it returned"
+                if inputs_written_over(call) == earlier:
+                    why = (
+                        f"call {call} wrote its inputs into call {earlier}'s input buffers first, "
+                        "as a caller reusing them would, so the output depends on its inputs "
+                        "after it was returned (computed when read, or a view of them), or " + why
+                    )
                 return self.failed(
                     ctx,
-                    f"output {k} of call {earlier} changed after call {call}: the candidate reuses "
-                    "storage it returned",
+                    f"output {k} of call {earlier} changed after call {call}: {why}",
                     run,
                     findings,
                     evidence,
                 )
         return None
+
+    def _let_go(
+        self, ctx: GateContext, case: Case, kept: dict[int, Run], windows: dict[int, int], call: int
+    ) -> None:
+        """Forget the kept outputs whose window ends with ``call`` (here and in the worker)."""
+        ended = [
+            earlier for earlier in kept if windows[earlier] == call and call < len(SEQUENCE) - 1
+        ]
+        if not ended:
+            return
+        for earlier in ended:
+            del kept[earlier]
+        try:
+            ctx.session.forget_kept([f"call {earlier}" for earlier in ended])
+        except ExecutionIncident as incident:
+            _record(ctx, self.id, case, incident)
+            raise GateAborted(str(incident)) from None
 
     def _kept_now(self, ctx: GateContext, case: Case, names: list[str]) -> dict[str, Any]:
         """The kept outputs as they are now; misbehaviour aborts the gate (RES-01)."""

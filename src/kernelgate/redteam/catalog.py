@@ -331,6 +331,13 @@ DEFECTS: tuple[Entry, ...] = (
         "replay",
     ),
     _d(
+        "lazy_output",
+        "softmax",
+        "returns a tensor subclass that runs its softmax kernel when read, from the caller's "
+        "input buffer: the caller's result changes when it reuses that buffer",
+        ("ORD-02",),
+    ),
+    _d(
         "previous_output_as_workspace",
         "softmax",
         "writes row statistics into the output it returned on the previous call (as scratch)",

@@ -699,16 +699,20 @@ class WorkerSession:
         finally:
             self._keep_as = None
 
-    def kept_outputs(self, names: list[str], *, release: bool = False) -> dict[str, Any]:
+    def kept_outputs(
+        self, names: list[str], *, release: bool = False, forget: list[str] | None = None
+    ) -> dict[str, Any]:
         """The kept outputs ``names`` as they are now (decoded as ``call``'s outputs are:
-        ``WireTensor``s with their storages' addresses); ``release`` then lets all kept
-        outputs go. Misbehaviour is an ``ExecutionIncident``, as for ``call``."""
+        ``WireTensor``s with their storages' addresses); then ``forget`` lets those kept
+        outputs go, ``release`` all of them. Misbehaviour is an ``ExecutionIncident``, as for
+        ``call``."""
         if not self.alive:
             raise ExecutionIncident("protocol", "the worker holding the kept outputs is gone")
         header = {
             "op": "kept",
             "names": list(names),
             "release": release,
+            "forget": list(forget or []),
             "data_path": self.data_path,
         }
         reply, reply_blobs = self._exchange(header, [], self.timeout)
@@ -723,6 +727,12 @@ class WorkerSession:
         except (wire.WireError, KeyError, TypeError, ValueError) as exc:
             self._kill_current()
             raise ExecutionIncident("protocol", f"malformed reply from worker: {exc}") from None
+
+    def forget_kept(self, names: list[str]) -> None:
+        """Let the kept outputs ``names`` go, the others stay kept; an ``ExecutionIncident``
+        if the worker misbehaves."""
+        if self.alive:
+            self.kept_outputs([], forget=names)
 
     def release_kept(self) -> None:
         """Let every kept output go (nothing to do when the worker is gone: they went with

@@ -379,7 +379,8 @@ class Worker:
         _send(self.fd_out, reply, out_blobs)
 
     def kept_outputs(self, header: dict[str, Any], blobs: list[bytes]) -> None:
-        """The current bytes of kept outputs (``names``), then forget all when ``release``.
+        """The current bytes of kept outputs (``names``), then forget those in ``forget``,
+        or all when ``release``.
 
         Encoded like a call's outputs (whole storages and their addresses), after the device
         is synchronised: whatever the candidate did to them since, the judge sees.
@@ -387,8 +388,10 @@ class Worker:
         out_blobs: list[bytes] = []
         try:
             names = header.get("names", [])
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                raise ValueError("names must be a list of strings")
+            forget = header.get("forget", [])
+            for listed in (names, forget):
+                if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+                    raise ValueError("names and forget must be lists of strings")
             missing = [n for n in names if n not in self.kept]
             if missing:
                 raise KeyError(f"no outputs kept as {missing}")
@@ -405,6 +408,8 @@ class Worker:
             return
         if header.get("release"):
             self.kept = {}
+        for name in forget:
+            self.kept.pop(name, None)
         _send(self.fd_out, {"ok": True, "kept": encoded}, out_blobs)
 
     def perf(self, header: dict[str, Any], blobs: list[bytes]) -> None:
