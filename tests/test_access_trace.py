@@ -197,3 +197,58 @@ def test_res01_fails_on_the_trace_and_can_be_switched_off(
     verdict = verify(entry.reference_path, entry.candidate_path, only=["RES-01"], timeout=120)
     gate = verdict.gate("RES-01")
     assert gate.status.value == "pass" and "access trace not run" in gate.reason
+
+
+LAZY_SHIFTED_RELU = textwrap.dedent(
+    """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def shifted_relu(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs + 1, mask=offs < n, other=0.0)  # one past the end
+        tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=offs < n)
+
+
+    class Lazy(torch.Tensor):
+        @staticmethod
+        def __new__(cls, x):
+            made = torch.Tensor._make_subclass(cls, torch.empty(0, dtype=x.dtype))
+            made.source = x.clone()  # a copy: the caller's later writes change nothing
+            return made
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            def dense(a):
+                out = torch.empty_like(a.source)
+                n = out.numel()
+                shifted_relu[(triton.cdiv(n, 64),)](a.source, out, n, BLOCK=64)
+                return out
+
+            args = [dense(a) if isinstance(a, cls) else a for a in args]
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {}))
+
+
+    class ModelNew(torch.nn.Module):
+        def forward(self, x):
+            return Lazy(x)
+    """
+)
+
+
+def test_a_kernel_run_when_the_output_is_read_is_traced(tmp_path: Path) -> None:
+    """A lazy output defers its kernel to the moment the output is read; the worker reads
+    it inside the call's instrumentation, so the trace sees the deferred kernel read past
+    the end of its input (it holds a copy: ORD-02's reuse check cannot see it)."""
+    (relu,) = entries(["relu"])
+    candidate = tmp_path / "lazy_shifted_relu.py"
+    candidate.write_text(LAZY_SHIFTED_RELU)
+    verdict = verify(relu.reference_path, candidate, only=["RES-01"], timeout=120)
+    gate = verdict.gate("RES-01")
+    assert gate.status.value == "fail", gate.reason
+    assert gate.counterexample is not None
+    assert gate.counterexample.findings[0]["line"].startswith("lazy_shifted_relu.py:")

@@ -338,6 +338,7 @@ class Worker:
                     self.watch.watching("call"),
                 ):
                     outputs = self.model(*inputs)
+                    judged = _settled_outputs(outputs)
                 # What the caller's next kernel would see: the outputs read in stream order,
                 # before the device is synchronised (see streams.py).
                 # By IPC handle, a snapshot taken in stream order stands in for the copy
@@ -345,7 +346,7 @@ class Worker:
                 read: list[torch.UntypedStorage] = []
                 snapshots = self._carry(header, snapshot=True)
                 encoded = self.side_streams.read_in_call_order(
-                    lambda: _encode_value(outputs, out_blobs, read, snapshots)
+                    lambda: _encode_value(judged, out_blobs, read, snapshots)
                 )
             if self.device.type == "cuda":
                 _synchronize(self.device)
@@ -520,6 +521,34 @@ def _reuse(previous: list[torch.Tensor], fresh: list[torch.Tensor]) -> list[torc
             storage = old
         reused.append(storage)
     return reused
+
+
+def _settled_outputs(value: Any) -> Any:
+    """``value`` with each tensor subclass replaced by a plain tensor over the storage it
+    gives when asked, with the shape, strides and offset it reports; plain tensors as they
+    are.
+
+    Called inside the call's instrumentation (the guarded allocator, the access trace, the
+    forbidden-call watch): a subclass that computes only when it is read (a lazy output)
+    does that work there, where it is watched, instead of later in the harness's encoding;
+    and what is sent is the storage that read produced, asked for once. A subclass whose
+    report does not describe a view of its storage is left as it is, for the encoding to
+    say what is wrong.
+    """
+    if isinstance(value, torch.Tensor):
+        if type(value) is torch.Tensor:
+            return value
+        try:
+            storage = value.untyped_storage()
+            plain = torch.empty(0, dtype=value.dtype, device=storage.device)
+            shape, stride = tuple(value.shape), tuple(value.stride())
+            return plain.set_(storage, value.storage_offset(), shape, stride)
+        except Exception:  # the candidate's own code: the encoding reports it
+            return value
+    if isinstance(value, list | tuple):
+        items = [_settled_outputs(v) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    return value
 
 
 def _read_storages(value: Any) -> None:
