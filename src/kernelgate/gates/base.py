@@ -86,8 +86,11 @@ RESULTS_KEPT_BYTES = 256 << 20
 # cases together. A result that would take them past it is kept on the host, as every
 # result was before, and so is every result held when the device runs out of memory: an
 # audit's judges share one GPU, and a verdict must not depend on what the others hold.
-# Twelve judges at this budget hold 24 GiB of an H200's 141 at most.
+# Twelve judges at this budget hold 24 GiB of an H200's 141 at most. The magnitudes are
+# outside it: they stayed on the device before the other results did (contract/match.py),
+# and bringing KernelBench-sized ones down and up again is the cost this avoids.
 RESULTS_DEVICE_KEPT_BYTES = 2 << 30
+OUTSIDE_DEVICE_BUDGET = frozenset({"magnitude"})
 # Oracles at other sizes (CMP-03) a GateContext keeps: each holds the reference model in
 # float64 and in its own dtype, and a gate judges one shape at a time, so older ones would
 # only hold device memory (for a large model, a copy of it for every held-out shape).
@@ -530,7 +533,7 @@ class GateContext:
         oracle computed it, unless that is a device and keeping it there would take this
         context's results on the device past ``RESULTS_DEVICE_KEPT_BYTES``; then on the
         host, and ``held`` says why (``assess`` reports it)."""
-        if self.oracle.results_device.type == "cpu":
+        if self.oracle.results_device.type == "cpu" or what in OUTSIDE_DEVICE_BUDGET:
             return value
         incoming = _tensor_bytes(value, device_only=True)
         if not incoming or self.device_bytes_held() + incoming <= RESULTS_DEVICE_KEPT_BYTES:
@@ -542,8 +545,14 @@ class GateContext:
         return _on_host(value)
 
     def device_bytes_held(self) -> int:
-        """Bytes of the oracle results this context keeps on a device, all cases together."""
-        entries = [held.entries for held in self._results.values()]
+        """Bytes of the oracle results this context keeps on a device within
+        ``RESULTS_DEVICE_KEPT_BYTES`` (the magnitudes aside), all cases together."""
+        entries = [
+            value
+            for held in self._results.values()
+            for what, value in held.entries.items()
+            if what not in OUTSIDE_DEVICE_BUDGET
+        ]
         return _tensor_bytes(entries, device_only=True)
 
     def spill(self, reason: str) -> bool:
