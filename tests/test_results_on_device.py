@@ -28,7 +28,7 @@ from kernelgate.oracle import fp64
 from kernelgate.oracle.error_models import Assessment, assess_with
 from kernelgate.oracle.fp64 import RESULTS_ON_DEVICE_ENV, Oracle, held, results_device
 from kernelgate.oracle.output_kinds import assess_exact
-from kernelgate.oracle.zero_sign import OpenSigns, _Folding
+from kernelgate.oracle.zero_sign import OpenSigns, _Folding, open_signs
 from kernelgate.redteam.catalog import ROOT as REDTEAM
 
 from .conftest import SOFTMAX
@@ -227,6 +227,95 @@ def test_open_sign_folding_alike_whatever_device_the_results_are_on(dtype: torch
     assert torch.equal(device.sign_open.cpu(), host.sign_open)
     assert torch.equal(device.class_open.cpu(), host.class_open)
     assert bool(host.class_open.any()) and bool(host.sign_open.any())
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("what", ["relu(a) * b + c", "exp(-1 / relu(a))"])
+def test_open_signs_alike_whatever_device_the_reference_runs_on(what: str) -> None:
+    """The zero-sign variants run where the oracle runs and are folded there: the same open
+    signs and classes as on the host."""
+    neg0 = -0.0
+    values = {
+        "a": [neg0, 0.0, neg0, 1.0, neg0, -2.0],
+        "b": [1.0, -1.0, 1.0, neg0, 1.0, 3.0],
+        "c": [neg0, neg0, 3.0, neg0, 0.0, neg0],
+    }
+    found = []
+    for device in ("cpu", "cuda"):
+        a, b, c = (torch.tensor(v, dtype=torch.float64, device=device) for v in values.values())
+
+        def run(a=a, b=b, c=c) -> list[torch.Tensor]:
+            relu = torch.relu(a)
+            return [relu * b + c] if what.startswith("relu") else [torch.exp(-1.0 / relu)]
+
+        (signs,) = open_signs(run, run(), [torch.float32])
+        found.append(signs)
+    host, device = found
+    assert host is not None and device is not None
+    assert bool(host.sign_open.any() or host.class_open.any())
+    assert torch.equal(device.sign_open.cpu(), host.sign_open)
+    assert torch.equal(device.class_open.cpu(), host.class_open)
+
+
+def _same_case(ctx: GateContext, values: list[torch.Tensor]) -> base.Case:
+    return base.Case("normal", 0, [v.clone() for v in values])
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_dependence_probes_alike_whatever_device_the_results_are_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """EXC-01's coarse, refined and completion probes on a CUDA oracle that keeps its
+    results there: the values the CPU oracle gives, and no result brought to the host."""
+    from .test_oracle import ADDITIVE_MASK_ATTENTION, MASKED_ROW_SUM
+
+    monkeypatch.delenv(RESULTS_ON_DEVICE_ENV, raising=False)
+    (tmp_path / "rows").mkdir()
+    (tmp_path / "attention").mkdir()
+    rows = tmp_path / "rows" / "reference.py"
+    rows.write_text(MASKED_ROW_SUM)
+    attention = tmp_path / "attention" / "reference.py"
+    attention.write_text(ADDITIVE_MASK_ATTENTION)
+
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
+    x[0, 1], x[0, 5] = float("inf"), float("nan")
+    disputed = torch.zeros(4, 6, dtype=torch.bool)
+    disputed[0, 1:] = True
+    probes = []
+    for device in ("cpu", "cuda"):
+        ctx = _context(rows, device)
+        copies = _HostCopies(monkeypatch)
+        case = _same_case(ctx, [x])
+        coarse = ctx.dependence_probe(case)[0]
+        refined = ctx.refined_dependence_probe(case, 0, disputed.to(coarse.device))[0]
+        assert coarse.device.type == refined.device.type == device
+        assert copies.device_tensors == 0
+        probes.append((coarse.cpu(), refined.cpu()))
+    for on_host, on_device in zip(*probes, strict=True):
+        # float64 sums reordered on the device: last bits only; NaN and Inf where the host has them
+        torch.testing.assert_close(on_device, on_host, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(5, 4, generator=g) for _ in range(3))
+    q[1, 0] = float("inf")
+    k[:2, 0] = -k[:2, 0].abs() - 0.5
+    k[2:, 0] = k[2:, 0].abs() + 0.5
+    v[3, 2] = float("nan")
+    disputed = torch.zeros(5, 4, dtype=torch.bool)
+    disputed[1], disputed[3, 2] = True, True
+    completions = []
+    for device in ("cpu", "cuda"):
+        ctx = _context(attention, device)
+        case = _same_case(ctx, [q, k, v])
+        expected = ctx.expected(case)
+        found = ctx.completion_probes(case, 0, disputed.to(expected[0].device), expected)
+        assert len(found) == 2 and found[0][0].device.type == device
+        completions.append([alternative[0].cpu() for alternative in found])
+    for on_host, on_device in zip(*completions, strict=True):
+        # float64 sums reordered on the device: last bits only; NaN and Inf where the host has them
+        torch.testing.assert_close(on_device, on_host, rtol=1e-12, atol=1e-12, equal_nan=True)
 
 
 def _pair(reference: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[GateContext, GateContext]:
