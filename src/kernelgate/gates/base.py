@@ -740,9 +740,12 @@ class GateContext:
         Every thresholded gate goes through here, so the error model is chosen in one place.
         The model's per-element arithmetic (a dozen float64 passes) runs on the oracle's
         device: on the CPU it cost more than the candidate's own work at KernelBench sizes.
-        What comes back is scalars and a few positions, so nothing device-resident leaks out.
-        Where the device has no memory left (an audit's judges share one GPU) the same
-        arithmetic runs on the CPU, and the assessment says so.
+        The oracle's results are kept there (``fp64.results_device``), so nothing is
+        uploaded for it. What comes back is scalars and a few positions, so nothing
+        device-resident leaks out. Where the device has no memory left (an audit's judges
+        share one GPU) the results held there go to the host and the same arithmetic runs
+        on the CPU; the assessment says so (``judged_on``), and names every result of the
+        case kept on the host and why (``oracle_results_held``).
         """
         expected = self.expected(case)[output_index]
         spec = self.output_spec(output_index)

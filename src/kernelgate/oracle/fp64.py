@@ -42,7 +42,8 @@ def cast_values(value: Any, dtype: torch.dtype | None, device: torch.device) -> 
     """Tensors in ``value`` (nested lists and tuples too) moved to ``device`` and, where
     floating and ``dtype`` is given, cast to it; everything else as it is."""
     if isinstance(value, torch.Tensor):
-        # to the host: pinned, so the copy engine writes it (inputs/host.py)
+        # to the host (results only with KERNELGATE_RESULTS_ON_DEVICE=0, over the judge's
+        # device budget or out of memory): pinned, so the copy engine writes it (inputs/host.py)
         value = to_host(value) if torch.device(device).type == "cpu" else value.to(device)
         if dtype is not None and value.is_floating_point():
             value = value.to(dtype)
