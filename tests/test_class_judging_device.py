@@ -70,7 +70,10 @@ def test_one_differing_bit_is_enough_and_nan_payloads_are_not_bits() -> None:
 
 def _context(device: str) -> Any:
     """Enough of a GateContext for ``on_class_judging_device``: a device it trusts."""
-    context = SimpleNamespace(class_judging_device=lambda dtype: torch.device(device))
+    context = SimpleNamespace(
+        class_judging_device=lambda dtype: torch.device(device),
+        spill=lambda reason: False,  # no oracle results held on the device to let go
+    )
     for method in ("on_class_judging_device", "_on_device_or_cpu"):
         setattr(context, method, getattr(GateContext, method).__get__(context))
     return context

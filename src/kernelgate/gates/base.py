@@ -10,6 +10,7 @@ only its own judgement.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import shlex
 import time
@@ -33,6 +34,7 @@ from kernelgate.contract.spec import (
 )
 from kernelgate.errors import CandidateBuildError, CandidateLoadError
 from kernelgate.inputs.distributions import draw, fold_into_range, impose_structure
+from kernelgate.inputs.host import to_host
 from kernelgate.inputs.integers import draw_in_domain, index_bound
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
 from kernelgate.oracle import dependence
@@ -79,6 +81,16 @@ def traced(trace: Callable[[str], None] | None, name: str) -> Iterator[None]:
 # one case's float64 results alone exceed it, nothing is held from gate to gate.
 RECENT_CASES = 4
 RESULTS_KEPT_BYTES = 256 << 20
+# Bytes of those results a GateContext keeps on the oracle's device (``fp64.results_device``:
+# they are judged there, against the candidate's output, which arrives there), all held
+# cases together. A result that would take them past it is kept on the host, as every
+# result was before, and so is every result held when the device runs out of memory: an
+# audit's judges share one GPU, and a verdict must not depend on what the others hold.
+# Twelve judges at this budget hold 24 GiB of an H200's 141 at most. The magnitudes are
+# outside it: they stayed on the device before the other results did (contract/match.py),
+# and bringing KernelBench-sized ones down and up again is the cost this avoids.
+RESULTS_DEVICE_KEPT_BYTES = 2 << 30
+OUTSIDE_DEVICE_BUDGET = frozenset({"magnitude"})
 # Oracles at other sizes (CMP-03) a GateContext keeps: each holds the reference model in
 # float64 and in its own dtype, and a gate judges one shape at a time, so older ones would
 # only hold device memory (for a large model, a copy of it for every held-out shape).
@@ -164,16 +176,23 @@ class _CaseResults:
     values: list[Any]  # held, so that the id keying them is never reused
     entries: dict[str, Any] = field(default_factory=dict)
     nbytes: int = 0  # the values' tensors and every entry's, together
+    # entries kept on the host although the oracle keeps its results on its device, and why
+    # (over RESULTS_DEVICE_KEPT_BYTES, or the device out of memory): said in assessments
+    on_host: dict[str, str] = field(default_factory=dict)
 
 
-def _tensor_bytes(value: Any, seen: set[tuple[str, int]] | None = None) -> int:
+def _tensor_bytes(
+    value: Any, seen: set[tuple[str, int]] | None = None, *, device_only: bool = False
+) -> int:
     """Bytes of the tensor storages in ``value`` (lists, tuples, dicts and plain objects
     walked, each once, so a structure that refers back to itself ends), each storage
-    counted once."""
+    counted once; ``device_only``: only those on a device (not the host)."""
     seen = set() if seen is None else seen
     if isinstance(value, torch.Tensor):
         storage = ("storage", value.untyped_storage().data_ptr())
         if storage in seen or value.device.type == "meta":
+            return 0
+        if device_only and value.device.type == "cpu":
             return 0
         seen.add(storage)
         return value.untyped_storage().nbytes()
@@ -181,12 +200,28 @@ def _tensor_bytes(value: Any, seen: set[tuple[str, int]] | None = None) -> int:
         return 0
     seen.add(("object", id(value)))
     if isinstance(value, list | tuple):
-        return sum(_tensor_bytes(v, seen) for v in value)
+        return sum(_tensor_bytes(v, seen, device_only=device_only) for v in value)
     if isinstance(value, dict):
-        return sum(_tensor_bytes(v, seen) for v in value.values())
+        return sum(_tensor_bytes(v, seen, device_only=device_only) for v in value.values())
     if hasattr(value, "__dict__") and not isinstance(value, type):
-        return sum(_tensor_bytes(v, seen) for v in vars(value).values())
+        return sum(_tensor_bytes(v, seen, device_only=device_only) for v in vars(value).values())
     return 0
+
+
+def _on_host(value: Any) -> Any:
+    """``value`` with every tensor in it on the host (lists, tuples, dicts and dataclasses,
+    such as ``OpenSigns``, rebuilt around them): an oracle result the judge stops keeping
+    on the device. Device tensors come over pinned (``inputs/host.py``), once each."""
+    if isinstance(value, torch.Tensor):
+        return value if value.device.type == "cpu" else to_host(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_on_host(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _on_host(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: _on_host(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **fields)
+    return value
 
 
 @dataclass
@@ -475,11 +510,75 @@ class GateContext:
             self._results.move_to_end(key)
         if what not in held.entries:
             with self.step(what, case):
-                held.entries[what] = compute()
+                held.entries[what] = self._kept(held, what, self._computed(compute))
             self.evaluations[what] += 1
             held.nbytes += _tensor_bytes(held.entries[what])
             self._let_go(keep=RECENT_CASES)
         return held.entries[what]
+
+    def _computed(self, compute: Callable[[], _T]) -> _T:
+        """``compute()``; where the device runs out of memory while this context keeps
+        results there, those results go to the host (``spill``) and it is computed again:
+        results kept on the device must never cost a verdict that the host would not.
+        Without any to let go, the error stands, as it did before results stayed there."""
+        try:
+            return compute()
+        except torch.OutOfMemoryError:
+            if not self.spill("the device was out of memory"):
+                raise
+        return compute()
+
+    def _kept(self, held: _CaseResults, what: str, value: Any) -> Any:
+        """A new result ``value`` (entry ``what`` of ``held``) as it is kept: where the
+        oracle computed it, unless that is a device and keeping it there would take this
+        context's results on the device past ``RESULTS_DEVICE_KEPT_BYTES``; then on the
+        host, and ``held`` says why (``assess`` reports it)."""
+        if self.oracle.results_device.type == "cpu" or what in OUTSIDE_DEVICE_BUDGET:
+            return value
+        incoming = _tensor_bytes(value, device_only=True)
+        if not incoming or self.device_bytes_held() + incoming <= RESULTS_DEVICE_KEPT_BYTES:
+            return value
+        held.on_host[what] = (
+            f"host: over the device budget for held results ({RESULTS_DEVICE_KEPT_BYTES >> 20} "
+            f"MiB a judge; {incoming >> 20} MiB more asked)"
+        )
+        return _on_host(value)
+
+    def device_bytes_held(self) -> int:
+        """Bytes of the oracle results this context keeps on a device within
+        ``RESULTS_DEVICE_KEPT_BYTES`` (the magnitudes aside), all cases together."""
+        entries = [
+            value
+            for held in self._results.values()
+            for what, value in held.entries.items()
+            if what not in OUTSIDE_DEVICE_BUDGET
+        ]
+        return _tensor_bytes(entries, device_only=True)
+
+    def spill(self, reason: str) -> bool:
+        """Move every oracle result kept on a device to the host (``reason`` recorded for
+        ``assess``), and give the freed blocks back to the driver: the device ran out of
+        memory, and the judges of an audit share it. Whether anything moved; nothing does
+        where results are kept on the host anyway (the CPU, or
+        ``KERNELGATE_RESULTS_ON_DEVICE=0``: the behaviour before results stayed there)."""
+        if self.oracle.results_device.type == "cpu":
+            return False
+        moved = False
+        for held in self._results.values():
+            for what, value in held.entries.items():
+                if _tensor_bytes(value, device_only=True):
+                    held.entries[what] = _on_host(value)
+                    held.on_host[what] = f"host: {reason}"
+                    moved = True
+        if moved and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return moved
+
+    def held_on_host(self, case: Case) -> dict[str, str]:
+        """Which of ``case``'s oracle results are kept on the host though the oracle keeps
+        them on its device, and why (empty: none, or results are kept on the host anyway)."""
+        held = self._results.get(id(case.values))
+        return dict(held.on_host) if held is not None else {}
 
     def _let_go(self, keep: int) -> None:
         """Drop the least recently used cases' results while those held take more than
@@ -641,23 +740,30 @@ class GateContext:
         Every thresholded gate goes through here, so the error model is chosen in one place.
         The model's per-element arithmetic (a dozen float64 passes) runs on the oracle's
         device: on the CPU it cost more than the candidate's own work at KernelBench sizes.
-        What comes back is scalars and a few positions, so nothing device-resident leaks out.
-        Where the device has no memory left (an audit's judges share one GPU) the same
-        arithmetic runs on the CPU, and the assessment says so.
+        The oracle's results are kept there (``fp64.results_device``), so nothing is
+        uploaded for it. What comes back is scalars and a few positions, so nothing
+        device-resident leaks out. Where the device has no memory left (an audit's judges
+        share one GPU) the results held there go to the host and the same arithmetic runs
+        on the CPU; the assessment says so (``judged_on``), and names every result of the
+        case kept on the host and why (``oracle_results_held``).
         """
         expected = self.expected(case)[output_index]
         spec = self.output_spec(output_index)
         kind = output_kind(spec, expected)
+        del expected  # held by the cache; a spill (device out of memory) can then free it
         if kind is OutputKind.EXACT:
-            return self._assess_exact(case, output_index, actual)
-        if kind is OutputKind.INDICES:
+            assessment = self._assess_exact(case, output_index, actual)
+        elif kind is OutputKind.INDICES:
             assert spec is not None and spec.indices is not None  # output_kind checks it
-            return self._assess_indices(case, output_index, actual, spec.indices)
-        assessment, on_cpu_instead = self._on_device_or_cpu(
-            lambda device: self._assess_on(device, case, output_index, actual)
-        )
-        if on_cpu_instead:
-            assessment.params["judged_on"] = "cpu (the device was out of memory)"
+            assessment = self._assess_indices(case, output_index, actual, spec.indices)
+        else:
+            assessment, on_cpu_instead = self._on_device_or_cpu(
+                lambda device: self._assess_on(device, case, output_index, actual)
+            )
+            if on_cpu_instead:
+                assessment.params["judged_on"] = "cpu (the device was out of memory)"
+        if on_host := self.held_on_host(case):
+            assessment.params["oracle_results_held"] = on_host
         return assessment
 
     def output_spec(self, output_index: int) -> OutputSpec | None:
@@ -694,9 +800,18 @@ class GateContext:
         native = self._cached(
             case, "index-sources:native", lambda: oracle.op_inputs(case.values, wanted, native=True)
         )
-        honest = {"native-eager": native[key]} if key in native else {}
         expected = self.expected(case)[output_index]
-        return assess_indices(spec, expected, actual, sources[key], honest)
+
+        def compute(device: torch.device) -> Assessment:
+            honest = {"native-eager": native[key].to(device)} if key in native else {}
+            source = sources[key].to(device)
+            return assess_indices(spec, expected.to(device), actual.to(device), source, honest)
+
+        # where the sources are kept: the oracle's device, or the host (see ``_on_device_or_cpu``)
+        assessment, on_cpu_instead = self._on_device_or_cpu(compute, sources[key].device)
+        if on_cpu_instead:
+            assessment.params["judged_on"] = "cpu (the device was out of memory)"
+        return assessment
 
     def _on_device_or_cpu(
         self, compute: Callable[[torch.device], _T], device: torch.device | None = None
@@ -710,7 +825,9 @@ class GateContext:
             try:
                 return compute(device), False
             except torch.OutOfMemoryError:
-                torch.cuda.empty_cache()
+                # the results kept there go to the host first: the CPU's run reads them there
+                if not self.spill("the device was out of memory"):
+                    torch.cuda.empty_cache()
             return compute(torch.device("cpu")), True
         return compute(device), False
 

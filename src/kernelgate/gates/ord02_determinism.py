@@ -19,7 +19,11 @@ from kernelgate.gates.base import (
     Incident,
     Run,
 )
-from kernelgate.oracle.compare import bitwise_mismatches, first_output_difference
+from kernelgate.oracle.compare import (
+    bitwise_mismatches,
+    first_output_difference,
+    rounding_device,
+)
 from kernelgate.oracle.fp64 import flatten_outputs
 from kernelgate.sandbox.session import ExecutionIncident
 from kernelgate.sandbox.wire import WireTensor
@@ -229,8 +233,11 @@ class DeterminismGate(Gate):
         for k, (a, b) in enumerate(zip(run_a.outputs, run_b.outputs)):
             if not isinstance(a, torch.Tensor) or a.shape != b.shape:
                 continue
-            want_a = ctx.expected(case_a)[k].to(a.dtype)
-            want_b = ctx.expected(case_b)[k].to(a.dtype)
+            # rounded where the oracle's results are kept when that device rounds as the
+            # CPU does, else on the CPU (``compare.rounding_device``)
+            want_a, want_b = ctx.expected(case_a)[k], ctx.expected(case_b)[k]
+            device = rounding_device(want_a, a.dtype)
+            want_a, want_b = want_a.to(device).to(a.dtype), want_b.to(device).to(a.dtype)
             if bitwise_mismatches(want_a, want_b) and not bitwise_mismatches(a, b):
                 return self.failed(
                     ctx,

@@ -1,9 +1,12 @@
 """Device results brought to the host into page-locked (pinned) memory.
 
-A judge on a GPU host brings every drawn case and every oracle result to the host, and
-sends them back (to the worker, for judging). From ordinary (pageable) memory each copy
-costs the judge's one core a pass over every byte: the driver stages it through a pinned
-buffer and the CPU copies it on, into pages the kernel must first zero. Profiled on the
+A judge on a GPU host brings every drawn case to the host, and sends it back (to the
+worker and the oracle); the oracle's results stay on the device (``fp64.results_device``)
+unless ``KERNELGATE_RESULTS_ON_DEVICE=0``, the judge's device budget for them or the device
+running out of memory sends them here (``GateContext._kept``, ``GateContext.spill``).
+From ordinary (pageable) memory each copy costs the judge's one core a pass over every
+byte: the driver stages it through a pinned buffer and the CPU copies it on, into pages the
+kernel must first zero. Profiled on the
 H200 (2026-12-04, ``benchmarks/results/judge-profile-h200-2026-12-04.json``) such copies were
 about half of an audit's judge CPU. Into pinned memory the GPU's copy engine writes
 directly, and a later upload reads from it directly: the judge waits (asleep, with the

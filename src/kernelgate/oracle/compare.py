@@ -88,6 +88,15 @@ def rounds_like_cpu(device: str, dtype: torch.dtype) -> bool:
     return same_rounding(on_device, probe.to(dtype))
 
 
+def rounding_device(values: torch.Tensor, dtype: torch.dtype) -> torch.device:
+    """Where to round ``values`` to ``dtype``: where they lie, when that device rounds as the
+    CPU does (``rounds_like_cpu``), else the CPU. Classes and signs of rounded values must
+    not depend on where the judge keeps them (``fp64.results_device``)."""
+    if rounds_like_cpu(str(values.device), dtype):
+        return values.device
+    return torch.device("cpu")
+
+
 def same_rounding(rounded: torch.Tensor, on_cpu: torch.Tensor) -> bool:
     """Whether ``rounded`` (a cast done elsewhere, brought to the CPU) has the bits of the
     CPU's cast ``on_cpu`` at every position, NaN matching NaN whatever its payload."""
@@ -151,6 +160,14 @@ def element_bytes(tensor: torch.Tensor, device: torch.device | str = "cpu") -> t
     return flat.view(torch.uint8).view(flat.numel(), flat.element_size())
 
 
+def judging_device(*tensors: torch.Tensor) -> torch.device:
+    """Where to compare ``tensors``: the first one's device that is not the host, else the
+    host. A candidate's output arrives on the device (CUDA IPC) and the oracle's results
+    are kept there (``fp64.results_device``): comparing there moves neither, and only the
+    few positions and counts a judgement reports come to the host."""
+    return next((t.device for t in tensors if t.device.type != "cpu"), torch.device("cpu"))
+
+
 def bitwise_mismatches(a: torch.Tensor, b: torch.Tensor) -> list[tuple[int, ...]]:
     """Logical positions where ``a`` and ``b`` differ in any byte (shapes must agree)."""
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -159,7 +176,7 @@ def bitwise_mismatches(a: torch.Tensor, b: torch.Tensor) -> list[tuple[int, ...]
         return []
     # On the device when either lies there (a candidate's output, come by IPC handle): only
     # the mismatching positions reach the host.
-    device = b.device if b.device.type != "cpu" else a.device
+    device = judging_device(b, a)
     differs = (element_bytes(a, device) != element_bytes(b, device)).any(dim=1)
     return unravel(torch.nonzero(differs).flatten()[:MAX_POSITIONS], a.shape)
 

@@ -143,10 +143,12 @@ def coarse_probe(values: list[Any], expected: Expected, oracle: list[Any]) -> li
         if not isinstance(want, torch.Tensor) or not want.is_floating_point():
             outputs.append(want)
             continue
+        # on the device of ``oracle``'s output, where the judge keeps it (the oracle's
+        # device, or the host: ``GateContext._kept``); the probe's runs are moved there
         same = torch.ones(want.shape, dtype=torch.bool, device=want.device)
         for other in others:
-            same &= equal_or_both_nan(largest[k], other[k])
-        outputs.append(torch.where(same, largest[k], want))
+            same &= equal_or_both_nan(largest[k].to(want.device), other[k].to(want.device))
+        outputs.append(torch.where(same, largest[k].to(want.device), want))
     return outputs
 
 
@@ -231,8 +233,9 @@ def refined_probe(
         if time.monotonic() > deadline:
             return None
         at = torch.tensor(members)
-        values_at = with_units(dict.fromkeys(kept))[at.to(fallback.device)]
-        refined[positions[at].to(refined.device)] = values_at.to(refined.dtype)
+        values_at = with_units(dict.fromkeys(kept))
+        values_at = values_at[at.to(values_at.device)]
+        refined[positions[at].to(refined.device)] = values_at.to(refined.device, refined.dtype)
     return refined.reshape(fallback.shape)
 
 
@@ -314,7 +317,10 @@ def completion_probe(
             if time.monotonic() > deadline:
                 return None
             at = torch.tensor(members)
-            values_at = at_positions(completed(set(kept), sign))[at.to(fallback.device)]
-            alternative[positions[at].to(alternative.device)] = values_at.to(alternative.dtype)
+            values_at = at_positions(completed(set(kept), sign))
+            values_at = values_at[at.to(values_at.device)]
+            alternative[positions[at].to(alternative.device)] = values_at.to(
+                alternative.device, alternative.dtype
+            )
         alternatives.append(alternative.reshape(fallback.shape))
     return alternatives

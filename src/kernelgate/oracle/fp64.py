@@ -18,6 +18,7 @@ says so (``ReferenceError_``) instead of judging against noise.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,13 +42,52 @@ def cast_values(value: Any, dtype: torch.dtype | None, device: torch.device) -> 
     """Tensors in ``value`` (nested lists and tuples too) moved to ``device`` and, where
     floating and ``dtype`` is given, cast to it; everything else as it is."""
     if isinstance(value, torch.Tensor):
-        # to the host: pinned, so the copy engine writes it (inputs/host.py)
+        # to the host (results only with KERNELGATE_RESULTS_ON_DEVICE=0, over the judge's
+        # device budget or out of memory): pinned, so the copy engine writes it (inputs/host.py)
         value = to_host(value) if torch.device(device).type == "cpu" else value.to(device)
         if dtype is not None and value.is_floating_point():
             value = value.to(dtype)
         return value
     if isinstance(value, list | tuple):
         return type(value)(cast_values(v, dtype, device) for v in value)
+    return value
+
+
+# "0": the oracle's results (float64 and honest runs) come to the host, as before they
+# stayed on the oracle's device: for an audit to run while the device path is in doubt.
+RESULTS_ON_DEVICE_ENV = "KERNELGATE_RESULTS_ON_DEVICE"
+
+
+def results_device(device: torch.device | str) -> torch.device:
+    """Where an oracle on ``device`` keeps its results: on that device, unless it is the CPU
+    or ``KERNELGATE_RESULTS_ON_DEVICE=0`` asks for the host.
+
+    Their only use is the judgement of a candidate's output, which runs on the oracle's
+    device and finds the candidate's output there already (CUDA IPC): bringing every
+    float64 result to the host and uploading it again for judging was a quarter of an H200
+    audit's judge CPU (benchmarks/results/judge-profile-h200-2026-12-04.json).
+    """
+    device = torch.device(device)
+    if device.type == "cpu" or os.environ.get(RESULTS_ON_DEVICE_ENV, "1").strip() == "0":
+        return torch.device("cpu")
+    return device
+
+
+def held(value: Any, device: torch.device) -> Any:
+    """An oracle result (tensors in nested lists and tuples) as the judge keeps it on
+    ``device``: on the host through ``cast_values`` (pinned: inputs/host.py); on a device as
+    it is, except a view into a larger storage (a reference that returns a slice of an
+    intermediate), kept as a compact copy, so what is held is what its bytes are counted
+    as (``GateContext._cached``) and no more."""
+    if device.type == "cpu":
+        return cast_values(value, None, device)
+    if isinstance(value, torch.Tensor):
+        value = value.to(device)
+        if value.untyped_storage().nbytes() > value.numel() * value.element_size():
+            value = value.clone()
+        return value
+    if isinstance(value, list | tuple):
+        return type(value)(held(v, device) for v in value)
     return value
 
 
@@ -114,22 +154,26 @@ class Oracle:
         self.model_native = self.model.to(self.device)
         self._cpu_models: dict[torch.dtype, torch.nn.Module] = {}
         self._repeatable_checked = False
+        # read once: every result of one verification is kept in one place
+        self.results_device = results_device(self.device)
 
     @torch.no_grad()
     def expected(self, inputs: list[Any]) -> list[Any]:
-        """The reference in float64 on the exact input values (results on the CPU)."""
+        """The reference in float64 on the exact input values (results on
+        ``results_device``: the oracle's device, or the host)."""
         values = cast_values(inputs, torch.float64, self.device)
         # a copy for the repeat, taken first: a reference may write into its inputs
         again = None if self._repeatable_checked else copy.deepcopy(values)
         outputs = flatten_outputs(self.model64(*values))
         if again is not None:
             self._check_repeatable(outputs, flatten_outputs(self.model64(*again)))
-        return [cast_values(o, None, torch.device("cpu")) for o in outputs]
+        return [held(o, self.results_device) for o in outputs]
 
     def _check_repeatable(self, first: list[Any], second: list[Any]) -> None:
         """The same inputs twice must give the same outputs, up to what float64 reordering
-        can change (far below float32's unit roundoff); else the reference is no oracle."""
-        self._repeatable_checked = True
+        can change (far below float32's unit roundoff); else the reference is no oracle.
+        Marked checked only once it has passed: a check cut short (the device out of
+        memory) is made again with the evaluation."""
         for index, (a, b) in enumerate(zip(first, second, strict=True)):
             if not isinstance(a, torch.Tensor):
                 same = a == b or (a != a and b != b)  # NaN scalars
@@ -144,6 +188,7 @@ class Oracle:
                     "cannot serve as the oracle; make it deterministic (dropout p=0, state "
                     "passed in as an input) and verify again"
                 )
+        self._repeatable_checked = True
 
     @torch.no_grad()
     def open_zero_signs(
@@ -158,15 +203,16 @@ class Oracle:
             if any(v is i for v, i in zip(values, inputs)):  # float64 inputs: the reference
                 values = copy.deepcopy(values)  # may write into them, and runs three times
             outputs = flatten_outputs(self.model64(*values))
-            return [cast_values(o, None, torch.device("cpu")) for o in outputs]
+            return [held(o, self.results_device) for o in outputs]
 
         return open_signs(run, expected, dtypes)
 
     @torch.no_grad()
     def native(self, inputs: list[Any]) -> list[Any]:
-        """The reference eagerly in the inputs' own dtypes on the oracle's device."""
+        """The reference eagerly in the inputs' own dtypes on the oracle's device (results
+        on ``results_device``)."""
         outputs = self.model_native(*cast_values(inputs, None, self.device))
-        return [cast_values(o, None, torch.device("cpu")) for o in flatten_outputs(outputs)]
+        return [held(o, self.results_device) for o in flatten_outputs(outputs)]
 
     @torch.no_grad()
     def op_inputs(
@@ -175,7 +221,8 @@ class Oracle:
         """The inputs of the index ops ``wanted`` (``(op, call)``) as the reference computes
         them on ``inputs`` (CPU tensors): in float64 (the oracle), or natively (``native``:
         an honest evaluation), for judging index outputs (``oracle.output_kinds``). One more
-        evaluation of the reference, made only for contracts with index outputs."""
+        evaluation of the reference, made only for contracts with index outputs. Kept on
+        ``results_device``, like the oracle's outputs they are judged with."""
         from kernelgate.contract.match import OpInputCapture
 
         capture = OpInputCapture(wanted)
@@ -184,7 +231,7 @@ class Oracle:
         values = copy.deepcopy(values) if any(v is i for v, i in zip(values, inputs)) else values
         with capture:
             model(*values)
-        return {key: value.cpu() for key, value in capture.captured.items()}
+        return {key: held(value, self.results_device) for key, value in capture.captured.items()}
 
     @torch.no_grad()
     def on_cpu(self, inputs: list[Any], dtype: torch.dtype) -> list[Any]:

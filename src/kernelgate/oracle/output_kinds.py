@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from kernelgate.contract.spec import IndexOrder, IndexOutput, OutputKind, OutputSpec
-from kernelgate.oracle.compare import MAX_POSITIONS, first_positions, scalar
+from kernelgate.oracle.compare import MAX_POSITIONS, first_positions, judging_device, scalar
 from kernelgate.oracle.error_models import SAFETY, Assessment
 
 
@@ -41,9 +41,11 @@ def assess_exact(
     """Integer or bool output: equal to the oracle's at every position, except where an
     honest evaluation of the reference (``honest``) gives another value than the float64
     oracle (a float rounded to an integer on a tie): the reference decides nothing there,
-    and those positions are counted as excluded."""
-    want = expected.detach().to(actual.device, torch.int64)
-    got = actual.detach().to(torch.int64)
+    and those positions are counted as excluded. Compared on the candidate's device, else
+    the oracle's (``compare.judging_device``)."""
+    device = judging_device(actual, expected)
+    want = expected.detach().to(device, torch.int64)
+    got = actual.detach().to(device, torch.int64)
     judged = torch.ones(want.shape, dtype=torch.bool, device=want.device)
     for run in (honest or {}).values():
         if isinstance(run, torch.Tensor) and tuple(run.shape) == tuple(want.shape):

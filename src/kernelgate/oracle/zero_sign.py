@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from kernelgate.oracle.compare import FloatClass, float_classes, sign_bits
+from kernelgate.oracle.compare import FloatClass, float_classes, rounding_device, sign_bits
 from kernelgate.oracle.modes import JudgeDispatchMode
 
 
@@ -314,9 +314,16 @@ class OpenSigns:
 @dataclass
 class _Folding:
     """One output's masks, folded in one run at a time: only one run's outputs are alive at
-    once (a float64 copy of a KernelBench-sized output is gigabytes)."""
+    once (a float64 copy of a KernelBench-sized output is gigabytes).
+
+    Folded where the oracle's result lies (its device, where the judge keeps it: see
+    ``fp64.results_device``) when that device rounds float64 to the output dtype bit for
+    bit as the CPU does (``compare.rounds_like_cpu``), else on the CPU: the classes and
+    signs are those of the rounded values, so they must not depend on where they are
+    rounded. Each run's outputs are moved there."""
 
     dtype: torch.dtype
+    device: torch.device
     want_nan: torch.Tensor
     classes: torch.Tensor
     signs: torch.Tensor
@@ -325,11 +332,14 @@ class _Folding:
 
     @classmethod
     def start(cls, want: torch.Tensor, dtype: torch.dtype) -> _Folding:
+        device = rounding_device(want, dtype)
+        want = want.detach().to(device)
         classes = float_classes(want, dtype)
-        nothing = torch.zeros(classes.shape, dtype=torch.bool)
+        nothing = torch.zeros(classes.shape, dtype=torch.bool, device=device)
         return cls(
             dtype=dtype,
-            want_nan=torch.isnan(want.detach().cpu()),
+            device=device,
+            want_nan=torch.isnan(want),
             classes=classes,
             signs=sign_bits(want, dtype),
             class_open=nothing,
@@ -338,13 +348,14 @@ class _Folding:
 
     def variant(self, values: torch.Tensor) -> None:
         """A uniform variant: where its class or its sign differs from the oracle's."""
+        values = values.detach().to(self.device)
         self.class_open |= float_classes(values, self.dtype) != self.classes
         self.sign_differs |= sign_bits(values, self.dtype) != self.signs
 
     def taint(self, values: torch.Tensor) -> None:
         """The taint run: an open zero reaches where it is NaN and the oracle is not; the
         sign of a zero or an infinity there may be that zero's."""
-        reached = torch.isnan(values.detach().cpu()) & ~self.want_nan
+        reached = torch.isnan(values.detach().to(self.device)) & ~self.want_nan
         signed_by_a_zero = (self.classes == FloatClass.ZERO) | (self.classes == FloatClass.INF)
         self.sign_differs |= reached & signed_by_a_zero
 
