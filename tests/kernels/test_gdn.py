@@ -198,7 +198,7 @@ def test_chunk_strong_decays_as_accurate_as_fp32_recurrence():
 
 
 def test_chunk_bf16_runs_the_fp32_kernels_and_rounds_once():
-    """bf16 inputs are computed as fp32 copies (chunk.SIXTEEN_BIT_COMPUTE = "fp32"): o and
+    """bf16 inputs are computed as fp32 copies (_precision.SIXTEEN_BIT_COMPUTE = "fp32"): o and
     the bf16 gradients are the fp32 kernels' results on the same values rounded once to bf16,
     and the fp32 outputs (the final state, dg, dh0) are those results bit for bit. Before,
     the kernels ran TF32 dots on their fp32 intermediates for bf16 inputs, which left dg and
@@ -259,7 +259,7 @@ def test_kernels_compile_for_sm90_without_spills():
     K = V = 32, T = 130 (also with inputs at a storage offset, as CMP-02 passes them: they must
     launch the same, aligned specialization): record the interpreted launches, compile them
     offline for sm_90 in a process without the interpreter (kernelgate.sandbox.resources),
-    check the figures. bf16 inputs run as fp32 copies (chunk.SIXTEEN_BIT_COMPUTE), so they
+    check the figures. bf16 inputs run as fp32 copies (_precision.SIXTEEN_BIT_COMPUTE), so they
     launch the fp32 specializations and nothing of their own."""
     from triton.runtime.interpreter import InterpretedFunction
 
