@@ -8,8 +8,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-# TF32 allowance: 16-bit inputs run TF32 dots, whose fp32 operands (scores, states, decayed
-# keys) are rounded to 10 mantissa bits (2^-11 each; two such roundings).
+# TF32 allowance: the kernels' own 16-bit path runs TF32 dots, whose fp32 operands (scores,
+# states, decayed keys) are rounded to 10 mantissa bits (2^-11 each; two such roundings). By
+# default 16-bit inputs run as fp32 copies (kernels/_precision.py) and need none of it; the
+# GPU tests keep it so that they hold under either SIXTEEN_BIT_COMPUTE, measured as they were.
 TF32_ALLOWANCE = 2**-10
 
 
@@ -139,6 +141,7 @@ def emulated_tf32_ratios(
 # the emulated TF32 dots of the kernels' own 16-bit path, at least, in the tests' cases (the
 # judge rejects above 1): measured 33-185x there (B=1, T=70, H=2, K=V=32, seed 0), against
 # at most 0.13x for the fp32 copies. benchmarks/family_dot_precision.py, over two seeds and
-# two distributions: 24-578x for gdn, delta_rule, GLA and KDA; Mamba-2's are lower (S_T
-# 5.5-9.3x, d dt 3.8-117x, dA 0.49-122x: inside the bound in one one-signed case).
+# two distributions: 27-531x for gdn, delta_rule, GLA and KDA; Mamba-2's are lower (S_T
+# 5.5-9.3x, d dt 4.0-101x, dA 0.28-64x: inside the bound in one one-signed case). The honest
+# CPU run's error, and so each ratio, varies by up to ~1.5x between processes.
 TF32_FLOOR = 5.0

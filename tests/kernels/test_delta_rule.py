@@ -209,7 +209,7 @@ def test_bf16_tf32_dots_would_break_the_state_bounds(monkeypatch):
     """Why 16-bit inputs run as fp32 copies: the kernels' own 16-bit path (TF32 dots, whose
     fp32 operands W, U, the states and their gradients lose 13 mantissa bits) leaves the fp32
     outputs S_T and dh0 far outside CMP-01's ensemble bound of an honest fp32 evaluation
-    (benchmarks/family_dot_precision.py: 66-99x and 58-578x); the copies stay inside, and the
+    (benchmarks/family_dot_precision.py: 66-99x and 66-531x); the copies stay inside, and the
     bf16 outputs are inside either way."""
     inputs = make_inputs(1, 70, 2, 32, 32, dtype=torch.bfloat16, seed=0)
     do, dht = cotangents((1, 70, 2, 32), (1, 2, 32, 32), torch.bfloat16, seed=1, device=DEVICE)
