@@ -220,6 +220,39 @@ def test_chunk_bf16_runs_the_fp32_kernels_and_rounds_once():
         assert torch.equal(ours, ref.to(ours.dtype)), name
 
 
+def test_every_member_reads_the_one_sixteen_bit_setting(monkeypatch):
+    """gdn, delta_rule, GLA, KDA and Mamba-2 all pass their inputs through
+    kernels/_precision.compute_inputs at every call (delta_rule used to call gdn's launchers
+    directly and bypass it): an unknown SIXTEEN_BIT_COMPUTE is refused by each of them."""
+    from kernelgate.kernels import _precision
+    from kernelgate.kernels.delta_rule import chunk_delta_rule
+    from kernelgate.kernels.gla import chunk_gla
+    from kernelgate.kernels.kda import chunk_kda
+    from kernelgate.kernels.mamba2 import chunk_ssd
+
+    q, k, v, g, beta, _ = make_inputs(1, 4, 1, 16, 16, dtype=torch.bfloat16)
+    g_k = g[..., None].expand_as(q).contiguous()
+    b_n = k[:, :, :1]  # [b, T, G=1, N]
+    calls = {
+        "gdn": lambda: chunk_gated_delta_rule(q, k, v, g, beta),
+        "delta_rule": lambda: chunk_delta_rule(q, k, v, beta),
+        "gla": lambda: chunk_gla(q, k, v, g_k),
+        "kda": lambda: chunk_kda(q, k, v, g_k, beta),
+        "mamba2": lambda: chunk_ssd(v, beta.float(), -torch.ones(1), b_n, b_n),
+    }
+    for name, call in calls.items():  # the calls themselves are valid
+        assert call()[0].dtype == torch.bfloat16, name
+    monkeypatch.setattr(_precision, "SIXTEEN_BIT_COMPUTE", "bf16")
+    refused = []
+    for name, call in calls.items():
+        try:
+            call()
+        except ValueError as exc:
+            if "SIXTEEN_BIT_COMPUTE" in str(exc):
+                refused.append(name)
+    assert refused == list(calls)
+
+
 # Kernels whose offline sm_90 compile must stay within 255 registers and no spill stores:
 # all of them (benchmarks/gdn_bwd_resources.py covers more head sizes and Triton 3.6).
 SPILL_FREE_KERNELS = (
