@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gdn import _error, time_fwd_bwd
+from gdn import _error, apply_sixteen_bit, sixteen_bit_option, time_fwd_bwd
 
 from kernelgate.kernels.delta_rule import chunk_delta_rule, naive_recurrent_delta_rule
 from kernelgate.kernels.mamba2 import chunk_ssd, naive_recurrent_ssd
@@ -90,7 +90,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the JSON report here")
     parser.add_argument("--seq-lens", type=int, nargs="+", default=list(SEQ_LENS))
+    sixteen_bit_option(parser)
     args = parser.parse_args()
+    apply_sixteen_bit(args)
     found = competitors()
     report: dict[str, object] = {
         "device": torch.cuda.get_device_name(),
@@ -101,6 +103,7 @@ def main() -> None:
         "fla": found.get("fla_version"),
         "mamba_ssm": found.get("mamba_ssm_version"),
         "unavailable": {k: v for k, v in found.items() if k.endswith("_error")},
+        "sixteen_bit_compute": args.sixteen_bit_compute,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "timing": "triton.testing.do_bench median, ms",
         "rows": [],

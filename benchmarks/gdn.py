@@ -39,6 +39,7 @@ try:
 except ImportError:  # run from a checkout without installing it: python3 benchmarks/gdn.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from kernelgate.kernels import _precision
 from kernelgate.kernels.gdn import chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
 HBM_BYTES_PER_S = 4.8e12
@@ -131,6 +132,7 @@ def environment(device_name: str, fla_version: str | None) -> dict[str, object]:
         "python": platform.python_version(),
         "fla": fla_version,
         "fla_expected": FLA_VERSION,
+        "sixteen_bit_compute": _precision.SIXTEEN_BIT_COMPUTE,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
@@ -156,6 +158,22 @@ def ratios(row: dict) -> dict[str, float | None]:
     return out
 
 
+def sixteen_bit_option(parser: argparse.ArgumentParser) -> None:
+    """``--sixteen-bit-compute``: how bf16 inputs run (kernels/_precision.py), fp32 copies
+    (the default, what the contracts verify) or the kernels' own TF32 path, to time the
+    default against. ``apply_sixteen_bit`` sets it; ``environment`` records it."""
+    parser.add_argument(
+        "--sixteen-bit-compute",
+        choices=("fp32", "tf32"),
+        default=_precision.SIXTEEN_BIT_COMPUTE,
+        help="_precision.SIXTEEN_BIT_COMPUTE for the whole family (default: %(default)s)",
+    )
+
+
+def apply_sixteen_bit(args: argparse.Namespace) -> None:
+    _precision.SIXTEEN_BIT_COMPUTE = args.sixteen_bit_compute
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/gdn-h200.json")
@@ -177,7 +195,9 @@ def main() -> None:
         "compiles and fla's autotuning take minutes, and a run stopped at a deadline then "
         "says where it was",
     )
+    sixteen_bit_option(parser)
     args = parser.parse_args()
+    apply_sixteen_bit(args)
     if args.watchdog > 0:
         faulthandler.dump_traceback_later(args.watchdog, repeat=True)
     if args.profile:

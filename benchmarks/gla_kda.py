@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gdn import environment, time_fwd_bwd
+from gdn import apply_sixteen_bit, environment, sixteen_bit_option, time_fwd_bwd
 
 from kernelgate.kernels.gla import chunk_gla
 from kernelgate.kernels.kda import chunk_kda
@@ -70,7 +70,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--dim", type=int, default=128)
+    sixteen_bit_option(parser)
     args = parser.parse_args()
+    apply_sixteen_bit(args)
     try:
         import fla
 

@@ -21,7 +21,13 @@ if not torch.cuda.is_available():
 from kernelgate.kernels.delta_rule import chunk_delta_rule, naive_recurrent_delta_rule
 from kernelgate.kernels.gdn import chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
-from ._measure import rel_err
+from ._measure import (
+    TF32_FLOOR,
+    assert_16bit_is_the_fp32_path_rounded_once,
+    cotangents,
+    emulated_tf32_ratios,
+    rel_err,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GRAD_NAMES = ("q", "k", "v", "beta", "h0")
@@ -183,6 +189,40 @@ def test_chunk_rejects_bad_shapes():
         chunk_delta_rule(q, k[..., :8], v, beta)
     with pytest.raises(ValueError):
         chunk_delta_rule(q[0], k[0], v[0], beta[0])
+
+
+# --------------------------------------------------------------------------- 16-bit inputs
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_chunk_16bit_is_the_fp32_path_rounded_once(dtype):
+    """16-bit inputs are computed as fp32 copies (kernels/_precision.py): o and the 16-bit
+    gradients are the fp32 path's results on the same values rounded once, the final state and
+    dh0 those results bit for bit. K = 13, V = 7 are padded (to 16 and 8 in either dtype)."""
+    inputs = make_inputs(2, 40, 2, 13, 7, dtype=dtype, seed=5)
+    do, dht = cotangents((2, 40, 2, 7), (2, 2, 13, 7), dtype, seed=6, device=DEVICE)
+    assert_16bit_is_the_fp32_path_rounded_once(chunk_delta_rule, inputs, do, dht)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode: emulates the device's dots")
+def test_bf16_tf32_dots_would_break_the_state_bounds(monkeypatch):
+    """Why 16-bit inputs run as fp32 copies: the kernels' own 16-bit path (TF32 dots, whose
+    fp32 operands W, U, the states and their gradients lose 13 mantissa bits) leaves the fp32
+    outputs S_T and dh0 far outside CMP-01's ensemble bound of an honest fp32 evaluation
+    (benchmarks/family_dot_precision.py: 66-99x and 66-531x); the copies stay inside, and the
+    bf16 outputs are inside either way."""
+    inputs = make_inputs(1, 70, 2, 32, 32, dtype=torch.bfloat16, seed=0)
+    do, dht = cotangents((1, 70, 2, 32), (1, 2, 32, 32), torch.bfloat16, seed=1, device=DEVICE)
+    ratios = emulated_tf32_ratios(
+        chunk_delta_rule, naive_recurrent_delta_rule, inputs, do, dht, monkeypatch
+    )
+    named = dict(zip(("o", "ht", "dq", "dk", "dv", "dbeta", "dh0"), ratios, strict=True))
+    for name, (copies, tf32) in named.items():
+        assert copies <= 1.0, (name, copies)
+        if name in ("ht", "dh0"):
+            assert tf32 > TF32_FLOOR, (name, tf32)
+        else:
+            assert tf32 <= 1.0, (name, tf32)
 
 
 # --------------------------------------------------------------------------- GPU only

@@ -198,7 +198,7 @@ def test_chunk_strong_decays_as_accurate_as_fp32_recurrence():
 
 
 def test_chunk_bf16_runs_the_fp32_kernels_and_rounds_once():
-    """bf16 inputs are computed as fp32 copies (chunk.SIXTEEN_BIT_COMPUTE = "fp32"): o and
+    """bf16 inputs are computed as fp32 copies (_precision.SIXTEEN_BIT_COMPUTE = "fp32"): o and
     the bf16 gradients are the fp32 kernels' results on the same values rounded once to bf16,
     and the fp32 outputs (the final state, dg, dh0) are those results bit for bit. Before,
     the kernels ran TF32 dots on their fp32 intermediates for bf16 inputs, which left dg and
@@ -218,6 +218,39 @@ def test_chunk_bf16_runs_the_fp32_kernels_and_rounds_once():
     for name, ours, ref in zip(("o", "ht", *GRAD_NAMES), bf16, fp32, strict=True):
         assert ours.dtype == (torch.float32 if name in ("ht", "g", "h0") else torch.bfloat16)
         assert torch.equal(ours, ref.to(ours.dtype)), name
+
+
+def test_every_member_reads_the_one_sixteen_bit_setting(monkeypatch):
+    """gdn, delta_rule, GLA, KDA and Mamba-2 all pass their inputs through
+    kernels/_precision.compute_inputs at every call (delta_rule used to call gdn's launchers
+    directly and bypass it): an unknown SIXTEEN_BIT_COMPUTE is refused by each of them."""
+    from kernelgate.kernels import _precision
+    from kernelgate.kernels.delta_rule import chunk_delta_rule
+    from kernelgate.kernels.gla import chunk_gla
+    from kernelgate.kernels.kda import chunk_kda
+    from kernelgate.kernels.mamba2 import chunk_ssd
+
+    q, k, v, g, beta, _ = make_inputs(1, 4, 1, 16, 16, dtype=torch.bfloat16)
+    g_k = g[..., None].expand_as(q).contiguous()
+    b_n = k[:, :, :1]  # [b, T, G=1, N]
+    calls = {
+        "gdn": lambda: chunk_gated_delta_rule(q, k, v, g, beta),
+        "delta_rule": lambda: chunk_delta_rule(q, k, v, beta),
+        "gla": lambda: chunk_gla(q, k, v, g_k),
+        "kda": lambda: chunk_kda(q, k, v, g_k, beta),
+        "mamba2": lambda: chunk_ssd(v, beta.float(), -torch.ones(1), b_n, b_n),
+    }
+    for name, call in calls.items():  # the calls themselves are valid
+        assert call()[0].dtype == torch.bfloat16, name
+    monkeypatch.setattr(_precision, "SIXTEEN_BIT_COMPUTE", "bf16")
+    refused = []
+    for name, call in calls.items():
+        try:
+            call()
+        except ValueError as exc:
+            if "SIXTEEN_BIT_COMPUTE" in str(exc):
+                refused.append(name)
+    assert refused == list(calls)
 
 
 # Kernels whose offline sm_90 compile must stay within 255 registers and no spill stores:
@@ -259,7 +292,7 @@ def test_kernels_compile_for_sm90_without_spills():
     K = V = 32, T = 130 (also with inputs at a storage offset, as CMP-02 passes them: they must
     launch the same, aligned specialization): record the interpreted launches, compile them
     offline for sm_90 in a process without the interpreter (kernelgate.sandbox.resources),
-    check the figures. bf16 inputs run as fp32 copies (chunk.SIXTEEN_BIT_COMPUTE), so they
+    check the figures. bf16 inputs run as fp32 copies (_precision.SIXTEEN_BIT_COMPUTE), so they
     launch the fp32 specializations and nothing of their own."""
     from triton.runtime.interpreter import InterpretedFunction
 

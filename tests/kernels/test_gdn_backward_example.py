@@ -21,7 +21,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from ._measure import rel_err
+from ._measure import ensemble_ratio, rel_err, tf32_create_dot
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "gdn_backward"
@@ -82,24 +82,6 @@ def test_candidate_gradients_match_float64_reference(shape):
     assert not storages & {g.untyped_storage().data_ptr() for g in got}
 
 
-def _tf32_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-    """The interpreter's ``create_dot`` with the device's TF32 operand rounding (10 mantissa
-    bits, to nearest) wherever a kernel asks for a precision other than "ieee"; the
-    interpreter itself computes every dot exactly, whatever the precision."""
-    import numpy as np
-    from triton.runtime.interpreter import TensorHandle
-
-    def tf32(x):
-        bits = np.asarray(x, dtype=np.float32).view(np.uint32)
-        bias = ((bits >> np.uint32(13)) & np.uint32(1)) + np.uint32(0x00000FFF)
-        return ((bits + bias) & np.uint32(0xFFFFE000)).view(np.float32)
-
-    x, y = np.asarray(a.data, dtype=np.float32), np.asarray(b.data, dtype=np.float32)
-    if "ieee" not in str(input_precision).lower():
-        x, y = tf32(x), tf32(y)
-    return TensorHandle(np.matmul(x, y, dtype=np.float32) + d.data, d.dtype.scalar)
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode: emulates the device's dots")
 def test_bf16_fp32_gradients_within_the_honest_bound_with_tf32_dots(monkeypatch):
     """The bf16 contract's fp32 outputs dg and dh0 against its ensemble bound, 16 x (the
@@ -110,7 +92,7 @@ def test_bf16_fp32_gradients_within_the_honest_bound_with_tf32_dots(monkeypatch)
     (IEEE dots), they are below 0.25x (benchmarks/gdn_bwd_dot_precision.py has the table)."""
     from triton.runtime import interpreter
 
-    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", _tf32_dot)
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", tf32_create_dot)
     reference = _load(EXAMPLE / "reference_bf16.py", "gdn_bwd_reference_bf16")
     candidate = _load(EXAMPLE / "candidate.py", "gdn_bwd_candidate").ModelNew()
     torch.manual_seed(0)
@@ -120,11 +102,8 @@ def test_bf16_fp32_gradients_within_the_honest_bound_with_tf32_dots(monkeypatch)
         honest = reference.Model()(*inputs)
         got = candidate(*inputs)
     for name, index in (("dg", 3), ("dh0", 5)):
-        ref = exact[index]
         assert got[index].dtype == torch.float32, name
-        noise = float((honest[index].double() - ref).abs().max())
-        bound = 16 * (noise + 2 * 2.0**-24 * ref.abs())
-        ratio = float(((got[index].double() - ref).abs() / bound).max())
+        ratio = ensemble_ratio(got[index], exact[index], honest[index])
         assert ratio <= 1.0, (name, ratio)
 
 

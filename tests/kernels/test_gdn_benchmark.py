@@ -68,4 +68,5 @@ def test_print_row_and_environment(bench, capsys):
     env = bench.environment("NVIDIA H200", None)
     assert {"device", "torch", "triton", "cuda", "fla", "date"} <= env.keys()
     assert env["device"] == "NVIDIA H200" and env["fla_expected"] == "0.6.0"
+    assert env["sixteen_bit_compute"] == "fp32"  # bf16 timings are of the fp32 copies
     json.dumps(env)

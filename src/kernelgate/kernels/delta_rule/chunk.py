@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from kernelgate.kernels import _precision
 from kernelgate.kernels._padding import aligned_width, zero_pad
 from kernelgate.kernels.gdn.chunk import (
     _aligned,
@@ -105,7 +106,8 @@ def chunk_delta_rule(
 
     Args:
         q, k: [B, T, H, K] (K <= 256). v: [B, T, H, V]. beta: [B, T, H]. fp32, fp16 or
-            bf16; the state and all accumulation are fp32.
+            bf16; the state and all accumulation are fp32, and by default 16-bit inputs
+            are computed as fp32 copies (see kernels/_precision.py).
         scale: query scale, K ** -0.5 by default.
         initial_state: optional [B, H, K, V] fp32 state entering step 0.
         output_final_state: also return the state after the last step.
@@ -118,7 +120,9 @@ def chunk_delta_rule(
     _check_delta_rule_inputs(q, k, v, beta, initial_state)
     if scale is None:
         scale = q.shape[-1] ** -0.5
-    q, k, v, beta = (_aligned(x) for x in (q, k, v, beta))
-    return ChunkDeltaRuleFunction.apply(
+    out_dtype = v.dtype
+    q, k, v, beta = (_aligned(x) for x in _precision.compute_inputs(q, k, v, beta))
+    o, final_state = ChunkDeltaRuleFunction.apply(
         q, k, v, beta, float(scale), initial_state, output_final_state
     )
+    return o.to(out_dtype), final_state

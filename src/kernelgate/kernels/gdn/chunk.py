@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import triton
 
+from kernelgate.kernels import _precision
+from kernelgate.kernels._precision import dot_precision as _dot_precision
 from kernelgate.kernels.gdn.chunk_bwd import (
     _dscores_bwd_kernel,
     _gate_bwd_kernel,
@@ -49,41 +51,10 @@ MAX_SCAN_TILE = 4096
 REDUCE_BLOCK = 32
 
 
-# How 16-bit (bf16, fp16) inputs are computed:
-# * "fp32" (the default): q, k, v, g and beta are converted to fp32 copies before the kernels,
-#   which then run their fp32 specializations (IEEE dots, the ones the fp32 contract verified);
-#   autograd's casts round o and the gradients once, to the inputs' dtypes.
-# * "tf32": the kernels load the 16-bit inputs and use TF32 dots. Products of two inputs are
-#   exact there, but every dot operand that is an fp32 intermediate (Tinv diag(beta), W, U, Vn,
-#   the chunk states, the decayed scores and every gradient of these) is rounded to 10 mantissa
-#   bits. The fp32 gradients dg and dh0 (reductions over K, V and time) then carry TF32-level
-#   errors: 56-110x the bf16 backward contract's ensemble bound in the interpreter emulation
-#   (benchmarks/gdn_bwd_dot_precision.py), 60-160x on the H200, whose honest runs of the
-#   reference compute in fp32. Kept to measure speed against, not for the contracts.
-SIXTEEN_BIT_COMPUTE = "fp32"
-_SIXTEEN_BIT = (torch.bfloat16, torch.float16)
-
-
-def _dot_precision(dtype: torch.dtype) -> str:
-    """IEEE fp32 dots for fp32 inputs (the fp32 contract must not silently become TF32);
-    TF32 for 16-bit inputs, whose values TF32 represents exactly (reached only with
-    ``SIXTEEN_BIT_COMPUTE = "tf32"``: by default 16-bit inputs arrive as fp32 copies)."""
-    return "ieee" if dtype == torch.float32 else "tf32"
-
-
-def _compute_inputs(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The tensors the kernels compute from: 16-bit inputs as fp32 copies under
-    ``SIXTEEN_BIT_COMPUTE = "fp32"`` (exact: fp32 holds every bf16 and fp16 value), so their
-    gradients are computed in fp32 and rounded once by autograd's cast back; as they are
-    under "tf32". The copies are autograd ops, so the caller's tensors get gradients of their
-    own dtypes."""
-    if SIXTEEN_BIT_COMPUTE not in ("fp32", "tf32"):
-        raise ValueError(
-            f"SIXTEEN_BIT_COMPUTE must be 'fp32' or 'tf32', not {SIXTEEN_BIT_COMPUTE!r}"
-        )
-    if SIXTEEN_BIT_COMPUTE == "tf32":
-        return inputs
-    return tuple(x.float() if x.dtype in _SIXTEEN_BIT else x for x in inputs)
+# How 16-bit (bf16, fp16) inputs are computed is one setting for the whole family:
+# kernelgate.kernels._precision.SIXTEEN_BIT_COMPUTE ("fp32" copies by default; "tf32" runs the
+# kernels' own 16-bit path, whose TF32 dots on fp32 intermediates left dg and dh0 60-162x
+# outside the bf16 backward contract's bound on the H200). See that module.
 
 
 def _block(dim: int, cap: int) -> int:
@@ -508,7 +479,7 @@ def chunk_gated_delta_rule(
     Args:
         q, k: [B, T, H, K] (K <= 256). v: [B, T, H, V]. g (log-space decay) and beta: [B, T, H].
             fp32, fp16 or bf16; the state and all accumulation are fp32, and by default
-            16-bit inputs are computed as fp32 copies (see SIXTEEN_BIT_COMPUTE).
+            16-bit inputs are computed as fp32 copies (see kernels/_precision.py).
         scale: query scale, K ** -0.5 by default.
         initial_state: optional [B, H, K, V] fp32 state entering step 0.
         output_final_state: also return the state after the last step.
@@ -522,7 +493,7 @@ def chunk_gated_delta_rule(
     if scale is None:
         scale = q.shape[-1] ** -0.5
     out_dtype = v.dtype
-    q, k, v, g, beta = (_aligned(x) for x in _compute_inputs(q, k, v, g, beta))
+    q, k, v, g, beta = (_aligned(x) for x in _precision.compute_inputs(q, k, v, g, beta))
     o, final_state = ChunkGatedDeltaRuleFunction.apply(
         q, k, v, g, beta, float(scale), initial_state, output_final_state
     )

@@ -59,7 +59,7 @@ the chunk states H, the decayed scores) is kept in fp32. ``PREC`` picks the tl.d
 "ieee" for fp32 inputs (true fp32, also what the CPU interpreter does), "tf32" for 16-bit
 inputs (bf16/fp16 values are exact in tf32; only fp32 intermediates round). By default
 16-bit inputs never reach these kernels: chunk.py converts them to fp32 copies first
-(``SIXTEEN_BIT_COMPUTE``), because TF32 rounding of the fp32 intermediates left the fp32
+(kernels/_precision.py), because TF32 rounding of the fp32 intermediates left the fp32
 gradients dg and dh0 ~100x less accurate than an fp32 evaluation of the recurrence.
 
 No atomics are used, so results are bitwise reproducible.

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernelgate.kernels.gdn.chunk import _aligned, _block, _dot_precision
+from kernelgate.kernels import _precision
+from kernelgate.kernels._precision import dot_precision as _dot_precision
+from kernelgate.kernels.gdn.chunk import _aligned, _block
 from kernelgate.kernels.gla.chunk_bwd import _dqk_bwd_kernel, _dv_bwd_kernel, _state_bwd_kernel
 from kernelgate.kernels.gla.chunk_fwd import _output_fwd_kernel, _state_fwd_kernel
 
@@ -225,7 +227,8 @@ def chunk_gla(
 
     Args:
         q, k: [B, T, H, K] (K <= 256). v: [B, T, H, V]. g: [B, T, H, K], the per-key-channel
-            log decay. fp32, fp16 or bf16; the state and all accumulation are fp32.
+            log decay. fp32, fp16 or bf16; the state and all accumulation are fp32, and by
+            default 16-bit inputs are computed as fp32 copies (see kernels/_precision.py).
             Safe range of g: any finite g <= 0 (every decay factor is then <= 1, however
             strong the decay); positive g only while one chunk's sum stays below 88
             (g < 5.5 per step). The contract (examples/gla/contract.toml) admits [-20, 0].
@@ -241,5 +244,9 @@ def chunk_gla(
     check_recurrence_inputs("chunk_gla", q, k, v, {"g": (g, q.shape)}, initial_state)
     if scale is None:
         scale = q.shape[-1] ** -0.5
-    q, k, v, g = (_aligned(x) for x in (q, k, v, g))
-    return ChunkGLAFunction.apply(q, k, v, g, float(scale), initial_state, output_final_state)
+    out_dtype = v.dtype
+    q, k, v, g = (_aligned(x) for x in _precision.compute_inputs(q, k, v, g))
+    o, final_state = ChunkGLAFunction.apply(
+        q, k, v, g, float(scale), initial_state, output_final_state
+    )
+    return o.to(out_dtype), final_state

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernelgate.kernels.gdn.chunk import _aligned, _block, _dot_precision
+from kernelgate.kernels import _precision
+from kernelgate.kernels._precision import dot_precision as _dot_precision
+from kernelgate.kernels.gdn.chunk import _aligned, _block
 from kernelgate.kernels.gla.chunk import (
     CHUNK_SIZE,
     PAIR_BLOCK_K,
@@ -271,11 +273,12 @@ def chunk_kda(
     Args:
         q, k: [B, T, H, K] (K <= 256). v: [B, T, H, V]. g: [B, T, H, K], the per-key-channel
             log decay. beta: [B, T, H]. fp32, fp16 or bf16; the state and all accumulation
-            are fp32. Safe range of g: any finite g <= 0 (every decay factor formed is then
-            <= 1); positive g only while one chunk's sum stays below 88 (g < 5.5 per step).
-            The recurrence itself is stable while beta |k|^2 <= 2 (models normalise k). The
-            contract (examples/kda/contract.toml) admits g in [-20, 0], beta in [0, 1] and
-            |k_i| <= 1/16.
+            are fp32, and by default 16-bit inputs are computed as fp32 copies (see
+            kernels/_precision.py). Safe range of g: any finite g <= 0 (every decay factor
+            formed is then <= 1); positive g only while one chunk's sum stays below 88
+            (g < 5.5 per step). The recurrence itself is stable while beta |k|^2 <= 2
+            (models normalise k). The contract (examples/kda/contract.toml) admits g in
+            [-20, 0], beta in [0, 1] and |k_i| <= 1/16.
         scale: query scale, K ** -0.5 by default.
         initial_state: optional [B, H, K, V] state entering step 0 (used in fp32).
         output_final_state: also return the state after the last step.
@@ -296,5 +299,9 @@ def chunk_kda(
     )
     if scale is None:
         scale = q.shape[-1] ** -0.5
-    q, k, v, g, beta = (_aligned(x) for x in (q, k, v, g, beta))
-    return ChunkKDAFunction.apply(q, k, v, g, beta, float(scale), initial_state, output_final_state)
+    out_dtype = v.dtype
+    q, k, v, g, beta = (_aligned(x) for x in _precision.compute_inputs(q, k, v, g, beta))
+    o, final_state = ChunkKDAFunction.apply(
+        q, k, v, g, beta, float(scale), initial_state, output_final_state
+    )
+    return o.to(out_dtype), final_state

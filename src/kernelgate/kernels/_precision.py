@@ -1,0 +1,53 @@
+"""How the gated linear recurrence family computes 16-bit inputs: one setting for gdn,
+delta_rule, gla, kda and mamba2.
+
+Every kernel of the family converts what it loads to fp32 and keeps its intermediates (the
+WY factors, the chunk states, the decayed scores and every gradient of these) in fp32. What
+differs is the precision of the tl.dots, picked by ``dot_precision`` from the dtype the
+kernels see:
+
+* ``SIXTEEN_BIT_COMPUTE = "fp32"`` (the default): the public functions convert bf16 and fp16
+  inputs to fp32 copies before the kernels (exact: fp32 holds every bf16 and fp16 value), so
+  16-bit inputs run the fp32 specializations, whose dots are IEEE fp32 (the ones the fp32
+  contracts verified). o is cast back to its input's dtype once, and autograd's casts round
+  each gradient once to its input's dtype; the states stay fp32.
+* ``"tf32"``: the kernels load the 16-bit inputs themselves and run TF32 dots. Products of
+  two inputs are exact there, but every dot operand that is an fp32 intermediate is rounded
+  to 10 mantissa bits. On the H200 that left the Gated DeltaNet backward's fp32 gradients
+  dg and dh0 60-162x outside the bf16 contract's ensemble bound (115x for dh0); the other
+  members' figures, from the interpreter emulation of benchmarks/family_dot_precision.py,
+  are in docs/kernels/<member>.md. Kept to measure speed against, not for the contracts.
+
+A module attribute read at every call (not a constant copied into each member), so that
+setting ``kernelgate.kernels._precision.SIXTEEN_BIT_COMPUTE`` switches the whole family.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SIXTEEN_BIT_COMPUTE = "fp32"
+SIXTEEN_BIT = (torch.bfloat16, torch.float16)
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """The tl.dot precision for inputs of ``dtype``: IEEE fp32 for fp32 inputs (the fp32
+    contract must not silently become TF32); TF32 for 16-bit inputs, whose values TF32
+    represents exactly (reached only with ``SIXTEEN_BIT_COMPUTE = "tf32"``: by default
+    16-bit inputs arrive as fp32 copies)."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def compute_inputs(*inputs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """The tensors the kernels compute from: under ``SIXTEEN_BIT_COMPUTE = "fp32"`` each
+    16-bit input as an fp32 copy, so its gradient is computed in fp32 and rounded once by
+    autograd's cast back; under "tf32" the inputs as they are. fp32 tensors (and None, for
+    optional inputs) are returned as they are, so the fp32 path is untouched. The copies are
+    autograd ops: the caller's tensors get gradients of their own dtypes."""
+    if SIXTEEN_BIT_COMPUTE not in ("fp32", "tf32"):
+        raise ValueError(
+            f"SIXTEEN_BIT_COMPUTE must be 'fp32' or 'tf32', not {SIXTEEN_BIT_COMPUTE!r}"
+        )
+    if SIXTEEN_BIT_COMPUTE == "tf32":
+        return inputs
+    return tuple(x.float() if x is not None and x.dtype in SIXTEEN_BIT else x for x in inputs)
