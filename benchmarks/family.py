@@ -104,6 +104,7 @@ def main() -> None:
         "mamba_ssm": found.get("mamba_ssm_version"),
         "unavailable": {k: v for k, v in found.items() if k.endswith("_error")},
         "sixteen_bit_compute": args.sixteen_bit_compute,
+        "fp32_dots": args.fp32_dots,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "timing": "triton.testing.do_bench median, ms",
         "rows": [],

@@ -133,6 +133,7 @@ def environment(device_name: str, fla_version: str | None) -> dict[str, object]:
         "fla": fla_version,
         "fla_expected": FLA_VERSION,
         "sixteen_bit_compute": _precision.SIXTEEN_BIT_COMPUTE,
+        "fp32_dots": _precision.FP32_DOTS,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
@@ -161,17 +162,25 @@ def ratios(row: dict) -> dict[str, float | None]:
 def sixteen_bit_option(parser: argparse.ArgumentParser) -> None:
     """``--sixteen-bit-compute``: how bf16 inputs run (kernels/_precision.py), fp32 copies
     (the default, what the contracts verify) or the kernels' own TF32 path, to time the
-    default against. ``apply_sixteen_bit`` sets it; ``environment`` records it."""
+    default against; ``--fp32-dots``: how the fp32 dots run (IEEE, or three TF32 products).
+    ``apply_sixteen_bit`` sets both; ``environment`` records them."""
     parser.add_argument(
         "--sixteen-bit-compute",
         choices=("fp32", "tf32"),
         default=_precision.SIXTEEN_BIT_COMPUTE,
         help="_precision.SIXTEEN_BIT_COMPUTE for the whole family (default: %(default)s)",
     )
+    parser.add_argument(
+        "--fp32-dots",
+        choices=_precision.FP32_DOT_CHOICES,
+        default=_precision.FP32_DOTS,
+        help="_precision.FP32_DOTS for the whole family (default: %(default)s)",
+    )
 
 
 def apply_sixteen_bit(args: argparse.Namespace) -> None:
     _precision.SIXTEEN_BIT_COMPUTE = args.sixteen_bit_compute
+    _precision.FP32_DOTS = args.fp32_dots
 
 
 def main() -> None:

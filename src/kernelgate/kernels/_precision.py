@@ -29,13 +29,29 @@ import torch
 SIXTEEN_BIT_COMPUTE = "fp32"
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
+# How the fp32 specializations' dots run (16-bit inputs included, as fp32 copies):
+# * "ieee": fp32 FMA, exact products: what the fp32 and bf16 contracts were verified with;
+# * "tf32x3": Triton's three TF32 tensor-core products (a = hi + lo; hi*hi + hi*lo + lo*hi),
+#   about fp32's accuracy: at most 0.26x the ensemble bound on every member in the
+#   interpreter emulation (benchmarks/family_dot_precision.py), where TF32 alone was 27-531x.
+#   Faster on tensor cores, but GDN's _state_bwd_kernel and _qk_bwd_kernel spilled with it
+#   at K = V = 31 on sm_90; to be timed and checked for spills on the device
+#   (benchmarks/gdn.py --fp32-dots) before it can become the default.
+FP32_DOTS = "ieee"
+FP32_DOT_CHOICES = ("ieee", "tf32x3")
+
 
 def dot_precision(dtype: torch.dtype) -> str:
-    """The tl.dot precision for inputs of ``dtype``: IEEE fp32 for fp32 inputs (the fp32
-    contract must not silently become TF32); TF32 for 16-bit inputs, whose values TF32
-    represents exactly (reached only with ``SIXTEEN_BIT_COMPUTE = "tf32"``: by default
-    16-bit inputs arrive as fp32 copies)."""
-    return "ieee" if dtype == torch.float32 else "tf32"
+    """The tl.dot precision for inputs of ``dtype``: ``FP32_DOTS`` for fp32 inputs (never
+    plain TF32: the fp32 contract must not silently lose 13 mantissa bits of every
+    intermediate); TF32 for 16-bit inputs, whose values TF32 represents exactly (reached
+    only with ``SIXTEEN_BIT_COMPUTE = "tf32"``: by default 16-bit inputs arrive as fp32
+    copies)."""
+    if dtype != torch.float32:
+        return "tf32"
+    if FP32_DOTS not in FP32_DOT_CHOICES:
+        raise ValueError(f"FP32_DOTS must be one of {FP32_DOT_CHOICES}, not {FP32_DOTS!r}")
+    return FP32_DOTS
 
 
 def compute_inputs(*inputs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
