@@ -24,8 +24,6 @@ measured that way is not a throughput figure. Run on the H200::
 
 from __future__ import annotations
 
-import datetime
-import importlib.util
 import json
 import os
 import signal
@@ -44,6 +42,9 @@ from rich.progress import Progress
 
 from kernelgate.audit.judge import PROFILE_JUDGES_ENV
 from kernelgate.audit.store import STORE_NAME
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, however it is loaded
+from provenance import code_commit, gpu_description, now, package_version
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 console = Console(stderr=True)
@@ -164,14 +165,6 @@ def throughput(
     }
 
 
-def _sibling(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @app.command()
 def main(
     corpus: Annotated[Path, typer.Argument(help="what `kernelgate audit` reads")],
@@ -235,7 +228,6 @@ def main(
     log.close()
     store = folder / STORE_NAME
     rows = slice_rows(store) if store.exists() else []
-    speed = _sibling("judge_speed")
     document = {
         "schema": "kernelgate.audit-throughput/1",
         "corpus": str(corpus),
@@ -249,11 +241,11 @@ def main(
         "cpu_samples": cpu.samples,
         "load": loads,
         "profiled_judges": str(profile_judges) if profile_judges else None,
-        "device_info": speed.gpu_description() if device.startswith("cuda") else None,
-        "torch": speed._version("torch"),
-        "triton": speed._version("triton"),
-        "code_commit": speed._git("rev-parse", "--short", "HEAD"),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "device_info": gpu_description() if device.startswith("cuda") else None,
+        "torch": package_version("torch"),
+        "triton": package_version("triton"),
+        "code_commit": code_commit(),
+        "date": now(),
     }
     text = json.dumps(document, indent=1) + "\n"
     if json_out is not None:

@@ -32,7 +32,6 @@ overwrites device results.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import platform
@@ -47,7 +46,6 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -60,6 +58,9 @@ from kernelgate.errors import KernelgateError
 from kernelgate.evidence_io import write_atomic
 from kernelgate.formats.corpus import FORMATS, CorpusRecord, detect_format, read_corpus
 from kernelgate.progress import work_progress
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, however it is loaded
+from provenance import code_commit, git, gpu_description, now, package_version
 
 SCHEMA = "kernelgate.judge-speed/1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -382,56 +383,21 @@ def run_timed_audit(
 # -- provenance ------------------------------------------------------------------------------
 
 
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _git(*args: str) -> str:
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=20
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
-
-
-def gpu_description() -> dict[str, Any]:
-    """GPU name and driver from nvidia-smi (no CUDA context in this process), or why not."""
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return {"gpu": None, "driver": None, "gpu_note": f"nvidia-smi not usable: {exc}"}
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    if done.returncode != 0 or not lines:
-        return {"gpu": None, "driver": None, "gpu_note": "nvidia-smi found no GPU"}
-    name, _, driver = lines[0].partition(",")
-    return {"gpu": name.strip(), "driver": driver.strip(), "gpus_visible": len(lines)}
-
-
 def provenance(device: str) -> dict[str, Any]:
     """What the numbers were measured with: device, versions, code, date, command."""
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = git("status", "--porcelain", "--untracked-files=no")
     return {
         "device": device,
         **(gpu_description() if device.startswith("cuda") else {"gpu": None, "driver": None}),
         "python": platform.python_version(),
-        "torch": _version("torch"),
-        "triton": _version("triton"),
+        "torch": package_version("torch"),
+        "triton": package_version("triton"),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
-        "code_commit": _git("rev-parse", "--short", "HEAD"),
+        "code_commit": code_commit(),
         "code_dirty": None if status == "unknown" else bool(status),
         "judged_with": judge.code_digest(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": now(),
         "command": shlex.join(["python", "benchmarks/judge_speed.py", *sys.argv[1:]]),
     }
 
