@@ -34,9 +34,12 @@ SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 # * "tf32x3": Triton's three TF32 tensor-core products (a = hi + lo; hi*hi + hi*lo + lo*hi),
 #   about fp32's accuracy: at most 0.26x the ensemble bound on every member in the
 #   interpreter emulation (benchmarks/family_dot_precision.py), where TF32 alone was 27-531x.
-#   Faster on tensor cores, but GDN's _state_bwd_kernel and _qk_bwd_kernel spilled with it
-#   at K = V = 31 on sm_90; to be timed and checked for spills on the device
-#   (benchmarks/gdn.py --fp32-dots) before it can become the default.
+#   Faster on tensor cores, but it takes more registers: compiled offline for sm_90
+#   (benchmarks/results/family-tf32x3-resources-cpu.json), GDN's _state_bwd_kernel spills
+#   at K = V = 31 (32-44 bytes, 253-255 registers at every K, against 128-220 with IEEE) and
+#   KDA's _state_bwd_kernel at every K (8 bytes); every other kernel of the family is
+#   spill-free with it. To be timed on the device (benchmarks/gdn.py --fp32-dots) before it
+#   can become a default, with those two kernels kept on IEEE.
 FP32_DOTS = "ieee"
 FP32_DOT_CHOICES = ("ieee", "tf32x3")
 
