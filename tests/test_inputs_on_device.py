@@ -203,16 +203,42 @@ def test_the_magnitude_run_never_writes_into_the_device_copy(
     assert seen[0][0].dtype == torch.float64 and seen[0][1].dtype == torch.int64
 
 
-def test_over_the_budget_a_case_reads_the_host_values(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_within_the_budget_the_least_recently_used_copy_goes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Room for one case's copy: the next case's copy takes the place of the older one's
+    (which is uploaded again if asked again); a case whose inputs alone pass the budget
+    reads the host values, and says why."""
     monkeypatch.delenv(INPUTS_ON_DEVICE_ENV, raising=False)
     ctx = _context(RELU, "meta")
     first, second = _host_case(ctx, 5), _host_case(ctx, 6)
-    monkeypatch.setattr(base, "INPUTS_DEVICE_KEPT_BYTES", base._tensor_bytes(first.values))
-    assert ctx.oracle_inputs(first) is not first.values  # fits alone
-    assert ctx.oracle_inputs(second) is second.values  # would take both past it
-    assert "over the device budget" in ctx._results[id(second.values)].inputs_on_host
-    assert ctx.device_input_bytes_held() == base._tensor_bytes(first.values)
+    one = base._tensor_bytes(first.values)
+    monkeypatch.setattr(base, "INPUTS_DEVICE_KEPT_BYTES", one)
+    assert ctx.oracle_inputs(first) is not first.values
+    assert ctx.oracle_inputs(second) is not second.values
+    assert ctx._results[id(first.values)].device_inputs is None
+    assert ctx._results[id(first.values)].inputs_on_host is None  # let go, not refused
+    assert ctx.device_input_bytes_held() == one
+    assert ctx.oracle_inputs(first) is not first.values  # again: the second's copy goes
+    assert ctx._results[id(second.values)].device_inputs is None
     assert ctx.evaluations == Counter()  # a copy is not an evaluation
+
+    monkeypatch.setattr(base, "INPUTS_DEVICE_KEPT_BYTES", one - 1)
+    large = _host_case(ctx, 7)
+    assert ctx.oracle_inputs(large) is large.values
+    assert "over the device budget" in ctx._results[id(large.values)].inputs_on_host
+
+
+def test_copies_leave_what_is_carried_between_gates_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The copies are not counted in RESULTS_KEPT_BYTES (the host values are): a case's
+    byte count is the same with and without its copy."""
+    monkeypatch.delenv(INPUTS_ON_DEVICE_ENV, raising=False)
+    ctx = _context(RELU, "meta")
+    case = _host_case(ctx, 8)
+    ctx.expected(case)
+    assert ctx._results[id(case.values)].nbytes == base._tensor_bytes(case.values)
 
 
 def test_a_spill_lets_the_copies_go_and_the_case_reads_the_host(
@@ -226,11 +252,9 @@ def test_a_spill_lets_the_copies_go_and_the_case_reads_the_host(
     ctx = _context(RELU, "meta")
     case = _host_case(ctx, 7)
     ctx.oracle_inputs(case)
-    before = ctx._results[id(case.values)].nbytes
     assert ctx.spill("the device was out of memory") is True
     held = ctx._results[id(case.values)]
     assert held.device_inputs is None and ctx.device_input_bytes_held() == 0
-    assert held.nbytes == before - base._tensor_bytes(case.values)
     assert "out of memory" in held.inputs_on_host
     assert ctx.oracle_inputs(case) is case.values
     assert ctx.spill("again") is False  # nothing left to let go

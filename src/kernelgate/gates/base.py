@@ -518,8 +518,15 @@ class GateContext:
         oracle's device, made once per case (one upload a tensor) and kept with its results
         (``_CaseResults``: let go with them, spilled with them), where the oracle runs on a
         device (``fp64.inputs_on_device``); else the values themselves, uploaded by each run
-        as before (the CPU: always; a case over ``INPUTS_DEVICE_KEPT_BYTES``; a case whose
-        copy a shortage of device memory let go, ``spill``).
+        as before (the CPU: always; a case whose inputs alone pass
+        ``INPUTS_DEVICE_KEPT_BYTES``; a case whose copy a shortage of device memory let go,
+        ``spill``).
+
+        Within the budget, the copies of the least recently used cases are let go to make
+        room (``_room_for_copy``): a gate evaluates one case at a time, and a case asked for
+        again after its copy went is uploaded again, never judged otherwise. The copies are
+        not counted in ``RESULTS_KEPT_BYTES`` (the case's host values are, and they are the
+        same bytes), so what is carried from gate to gate is what it was without them.
 
         Called inside each evaluation (never held across one), so an evaluation made again
         after a spill reads the host values. No run writes into the copy: each casts or
@@ -531,16 +538,24 @@ class GateContext:
         held = self._holder(case)
         if held.device_inputs is None and held.inputs_on_host is None:
             size = _tensor_bytes(case.values)
-            if self.device_input_bytes_held() + size > INPUTS_DEVICE_KEPT_BYTES:
+            if size > INPUTS_DEVICE_KEPT_BYTES:
                 held.inputs_on_host = (
                     f"host: over the device budget for input copies "
-                    f"({INPUTS_DEVICE_KEPT_BYTES >> 20} MiB a judge; {size >> 20} MiB more asked)"
+                    f"({INPUTS_DEVICE_KEPT_BYTES >> 20} MiB a judge; {size >> 20} MiB asked)"
                 )
                 return case.values
+            self._room_for_copy(INPUTS_DEVICE_KEPT_BYTES - size)
             held.device_inputs = cast_values(case.values, None, self.oracle.device)
             held.device_input_bytes = size
-            held.nbytes += size
         return case.values if held.device_inputs is None else held.device_inputs
+
+    def _room_for_copy(self, room: int) -> None:
+        """Let go of input copies, least recently used case first, until those held take
+        at most ``room`` bytes (``oracle_inputs``)."""
+        for held in self._results.values():  # least recently used first
+            if self.device_input_bytes_held() <= room:
+                return
+            held.device_inputs, held.device_input_bytes = None, 0
 
     def device_input_bytes_held(self) -> int:
         """Bytes of the cases' input copies this context keeps on the oracle's device
@@ -636,7 +651,6 @@ class GateContext:
                 moved = True
             if held.inputs_on_host is None:  # not made again for this case
                 held.inputs_on_host = f"host: {reason}"
-            held.nbytes -= held.device_input_bytes
             held.device_inputs, held.device_input_bytes = None, 0
         if self.oracle.results_device.type == "cpu":
             if moved and torch.cuda.is_available():
