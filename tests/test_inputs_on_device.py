@@ -302,6 +302,33 @@ def test_the_cpu_honest_run_is_kept_on_the_device_once(monkeypatch: pytest.Monke
     assert ctx.evaluations["honest:cpu-fp32"] == 1
 
 
+def test_a_cpu_honest_run_that_does_not_fit_stays_on_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Over the results' device budget, or with the device out of memory for its upload,
+    the CPU run's results stay on the host where they were computed (nothing is brought
+    down), and the case's assessments say which and why (``oracle_results_held``)."""
+    monkeypatch.delenv(fp64.RESULTS_ON_DEVICE_ENV, raising=False)
+    monkeypatch.setattr(base, "RESULTS_DEVICE_KEPT_BYTES", 0)
+    ctx = _context(RELU, "meta")
+    case = _host_case(ctx, 12)
+    run = ctx.honest(case, independent=True)["cpu-fp32"]
+    assert all(t.device.type == "cpu" for t in run)
+    assert "over the device budget" in ctx.held_on_host(case)["honest:cpu-fp32"]
+
+    monkeypatch.setattr(base, "RESULTS_DEVICE_KEPT_BYTES", 1 << 30)
+
+    def short(value: Any, device: torch.device) -> Any:
+        raise torch.OutOfMemoryError("out of memory (test)")
+
+    monkeypatch.setattr(base, "held_on", short)
+    ctx = _context(RELU, "meta")
+    case = _host_case(ctx, 13)
+    run = ctx.honest(case, independent=True)["cpu-fp32"]
+    assert all(t.device.type == "cpu" for t in run)
+    assert "out of memory" in ctx.held_on_host(case)["honest:cpu-fp32"]
+
+
 def test_the_cpu_path_is_unchanged(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """An oracle on the CPU: no copy, no upload, the runs read the values themselves (a
     float64 input reaches the reference as the very tensor, as before), spill has nothing to

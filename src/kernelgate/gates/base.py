@@ -53,6 +53,7 @@ from kernelgate.oracle.fp64 import (
     flatten_outputs,
     inputs_on_device,
 )
+from kernelgate.oracle.fp64 import held as held_on
 from kernelgate.oracle.output_kinds import assess_exact, assess_indices, output_kind
 from kernelgate.sandbox import cuda_ipc
 from kernelgate.sandbox.access_trace import AccessLog
@@ -97,6 +98,10 @@ RESULTS_KEPT_BYTES = 256 << 20
 # and bringing KernelBench-sized ones down and up again is the cost this avoids.
 RESULTS_DEVICE_KEPT_BYTES = 2 << 30
 OUTSIDE_DEVICE_BUDGET = frozenset({"magnitude"})
+# Results computed on the host (the CPU honest runs, ``Oracle.second_implementations``) that
+# the judge uploads once and keeps beside the others within that budget: every judgement
+# that read them uploaded them again (``_assess_on``, the class gates).
+COMPUTED_ON_HOST = frozenset({"honest:cpu-fp32", "honest:cpu-fp64"})
 # Bytes of the copies of cases' inputs a GateContext keeps on the oracle's device for the
 # oracle's runs to read (``oracle_inputs``), all held cases together: a budget of their
 # own, so that keeping them never pushes a result off the device. A case whose inputs
@@ -615,6 +620,8 @@ class GateContext:
         host, and ``held`` says why (``assess`` reports it)."""
         if self.oracle.results_device.type == "cpu" or what in OUTSIDE_DEVICE_BUDGET:
             return value
+        if what in COMPUTED_ON_HOST:
+            return self._uploaded(held, what, value)
         incoming = _tensor_bytes(value, device_only=True)
         if not incoming or self.device_bytes_held() + incoming <= RESULTS_DEVICE_KEPT_BYTES:
             return value
@@ -623,6 +630,24 @@ class GateContext:
             f"MiB a judge; {incoming >> 20} MiB more asked)"
         )
         return _on_host(value)
+
+    def _uploaded(self, held: _CaseResults, what: str, value: Any) -> Any:
+        """A result computed on the host (``COMPUTED_ON_HOST``) kept on the results
+        device, uploaded once, where it fits in ``RESULTS_DEVICE_KEPT_BYTES`` and the device
+        has the memory; else on the host, where it is, and ``held`` says why (as a result
+        computed on the device says it, ``_kept``)."""
+        incoming = _tensor_bytes(value)
+        if self.device_bytes_held() + incoming > RESULTS_DEVICE_KEPT_BYTES:
+            held.on_host[what] = (
+                f"host: over the device budget for held results ({RESULTS_DEVICE_KEPT_BYTES >> 20} "
+                f"MiB a judge; {incoming >> 20} MiB more asked)"
+            )
+            return value
+        try:
+            return held_on(value, self.oracle.results_device)
+        except torch.OutOfMemoryError:  # judged where it is: uploaded for each judgement
+            held.on_host[what] = "host: the device was out of memory"
+            return value
 
     def device_bytes_held(self) -> int:
         """Bytes of the oracle results this context keeps on a device within

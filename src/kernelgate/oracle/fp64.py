@@ -113,9 +113,10 @@ def inputs_on_device(device: torch.device | str) -> bool:
     ``KERNELGATE_INPUTS_ON_DEVICE=0``.
 
     A case's float64 evaluation, native run, magnitude run, open-sign variants, index-op
-    sources and dependence probes each uploaded the case's host inputs again
-    (``cast_values``): the second most frequent host-to-device copy in an H200 audit's
-    profile after the results (benchmarks/results/judge-profile-h200-2026-12-04.json)."""
+    sources and dependence probes each uploaded the case's host inputs again: in the H200
+    audit's profile ``cast_values`` took 254 of the judges' 995 CPU seconds, these uploads
+    and the results' downloads (which no longer happen: ``results_device``) together
+    (benchmarks/results/judge-profile-h200-2026-12-04.json)."""
     device = torch.device(device)
     return device.type != "cpu" and os.environ.get(INPUTS_ON_DEVICE_ENV, "1").strip() != "0"
 
@@ -299,11 +300,10 @@ class Oracle:
         """One honest evaluation: the native run (``cpu_dtype`` None; from ``on_device``, the
         judge's device copy of ``inputs``, where given), or the reference on the CPU in
         ``cpu_dtype`` (a ``second_implementations`` entry) on the host ``inputs``, its
-        results kept on ``results_device`` like the others': they are judged there, and
-        were uploaded again for every judgement that read them."""
+        results on the host (the judge keeps them on its device: ``GateContext._kept``)."""
         if cpu_dtype is None:
             return self.native(inputs if on_device is None else on_device)
-        return [held(o, self.results_device) for o in self.on_cpu(inputs, cpu_dtype)]
+        return self.on_cpu(inputs, cpu_dtype)
 
     def second_implementations(self, inputs: list[Any], kind: str) -> list[tuple[str, torch.dtype]]:
         """The runs beside ``native-eager`` that ``kind`` asks for, as (name, CPU dtype).
