@@ -413,14 +413,21 @@ def test_on_cuda_each_input_crosses_once_and_judges_alike(
 def test_on_cuda_a_reference_that_writes_into_its_inputs_leaves_the_copy_alone(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """Float64, native, open-sign and index-source runs of a reference that writes into
+    its inputs: the copy keeps the host values, the results are those of the host values,
+    and each input crossed once."""
     monkeypatch.delenv(INPUTS_ON_DEVICE_ENV, raising=False)
+    uploads = _Uploads(monkeypatch)
     ctx = _context(_reference(tmp_path, WRITES_INTO_INPUTS), "cuda")
     case = ctx.admit(_host_case(ctx, 1))
     host = [v.clone() for v in case.values]
+    uploads.by_storage.clear()
     expected = ctx.expected(case)[0]
     native = ctx.native(case)[0]
     ctx.open_zero_signs(case)
     copy = ctx.oracle_inputs(case)
+    ctx.oracle.op_inputs(copy, set())
+    assert uploads.of(case.values) == [1, 1]
     for kept, original in zip(copy, host, strict=True):
         assert torch.equal(kept.cpu(), original)
     assert all(torch.equal(v, h) for v, h in zip(case.values, host, strict=True))
