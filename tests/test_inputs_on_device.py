@@ -286,6 +286,40 @@ def test_an_out_of_memory_upload_is_evaluated_again_from_the_host(
     assert ctx.device_input_bytes_held() == 0
 
 
+def test_a_probe_short_of_memory_runs_again_from_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """EXC-01's refined probe edits the inputs where the copy lies; the device out of memory
+    there: results and copies are let go and the probe runs again on the host values (the
+    probe's arithmetic itself is tested on values, test_oracle and the GPU tests)."""
+    from kernelgate.oracle import dependence
+
+    monkeypatch.delenv(INPUTS_ON_DEVICE_ENV, raising=False)
+    monkeypatch.delenv(fp64.RESULTS_ON_DEVICE_ENV, raising=False)
+
+    def stand_in(tensor: torch.Tensor) -> torch.Tensor:  # meta has no values to copy
+        return torch.empty(tensor.shape, dtype=tensor.dtype)
+
+    monkeypatch.setattr(base, "to_host", stand_in)  # (meta results count no bytes: kept)
+    monkeypatch.setattr(dependence, "coarse_probe", lambda values, expected, oracle: oracle)
+    seen: list[str] = []
+
+    def refined(values: list[Any], expected: Any, index: int, disputed: Any, fallback: Any) -> Any:
+        seen.append(values[0].device.type)
+        if len(seen) == 1:
+            raise torch.OutOfMemoryError("out of memory (test)")
+        return fallback
+
+    monkeypatch.setattr(dependence, "refined_probe", refined)
+    ctx = _context(RELU, "meta")
+    case = _host_case(ctx, 14)
+    case.values[0].view(-1)[0] = float("inf")
+    found = ctx.refined_dependence_probe(case, 0, torch.zeros(1, dtype=torch.bool))
+    assert seen == ["meta", "cpu"] and found is not None
+    assert ctx.device_input_bytes_held() == 0
+    assert "out of memory" in ctx._results[id(case.values)].inputs_on_host
+
+
 def test_the_cpu_honest_run_is_kept_on_the_device_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """``cpu-fp32`` (the ensemble's second implementation, asked on a device) runs on the
     host values and its results are uploaded once, kept with the case's results (within

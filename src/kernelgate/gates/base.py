@@ -809,20 +809,31 @@ class GateContext:
     ) -> list[Any] | None:
         """``dependence_probe`` with each ``disputed`` position of output ``output_index``
         given the oracle's value with only the specials it depends on kept; None when the
-        case holds no specials or more than the refined probe's budget."""
-        coarse = self.dependence_probe(case)
-        if coarse is None:
+        case holds no specials or more than the refined probe's budget.
+
+        The probe edits the inputs where the oracle's runs read them (``oracle_inputs``: its
+        masks and edits lie on the device with the copy); where the device runs out of
+        memory the results and copies held there are let go and it runs again from the host
+        values (``_computed``), as it ran before the copies."""
+        if self.dependence_probe(case) is None:
             return None
-        refined = dependence.refined_probe(
-            self.oracle_inputs(case),
-            self.oracle_for(case).expected,
-            output_index,
-            disputed,
-            coarse[output_index],
-        )
-        if refined is None:
-            return None
-        return [refined if k == output_index else out for k, out in enumerate(coarse)]
+
+        def probe() -> list[Any] | None:
+            coarse = self.dependence_probe(case)  # again: a spill moves it
+            if coarse is None:
+                return None
+            refined = dependence.refined_probe(
+                self.oracle_inputs(case),
+                self.oracle_for(case).expected,
+                output_index,
+                disputed,
+                coarse[output_index],
+            )
+            if refined is None:
+                return None
+            return [refined if k == output_index else out for k, out in enumerate(coarse)]
+
+        return self._computed(probe)
 
     def completion_probes(
         self, case: Case, output_index: int, disputed: torch.Tensor, fallback: list[Any]
@@ -830,14 +841,17 @@ class GateContext:
         """Two more honest runs for the ``disputed`` positions of output ``output_index``:
         the oracle on the case with every input row a position does not depend on made
         positive, then negative (``oracle/dependence.py``: the completion); ``fallback``'s
-        outputs elsewhere. Empty when over the completion's budget."""
+        outputs elsewhere. Empty when over the completion's budget. Made again from the
+        host values where the device runs out of memory (``refined_dependence_probe``)."""
         self.admit(case)
-        alternatives = dependence.completion_probe(
-            self.oracle_inputs(case),
-            self.oracle_for(case).expected,
-            output_index,
-            disputed,
-            fallback[output_index],
+        alternatives = self._computed(
+            lambda: dependence.completion_probe(
+                self.oracle_inputs(case),
+                self.oracle_for(case).expected,
+                output_index,
+                disputed,
+                fallback[output_index],
+            )
         )
         if alternatives is None:
             return []
