@@ -99,9 +99,41 @@ def test_the_estimate_grows_with_the_reference_and_covers_the_unknown() -> None:
     assert elements is not None and elements > 0
     small, large = (admission.estimate_device_bytes(n) for n in (elements, 10 * elements))
     assert admission.CONTEXT_BYTES < small < large
-    assert large - admission.CONTEXT_BYTES == 10 * (small - admission.CONTEXT_BYTES)
+
+    def per_run(n: int) -> int:  # the estimate less the fixed part and what is held
+        return admission.estimate_device_bytes(n) - admission.CONTEXT_BYTES - held(n)
+
+    held = admission.held_device_bytes
+    assert per_run(10 * elements) == 10 * per_run(elements)
     unknown = admission.estimate_device_bytes(None)
-    assert unknown == admission.CONTEXT_BYTES + admission.UNKNOWN_ELEMENTS_BYTES
+    assert unknown == admission.CONTEXT_BYTES + admission.UNKNOWN_ELEMENTS_BYTES + held(None)
+
+
+def test_the_estimate_includes_what_a_judge_holds_on_the_device_within_its_budgets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Results and input copies kept on the device (gates/base.py): bounded by their
+    budgets and by what cases of the reference's sizes hold, and the estimate grows with
+    the results' budget where the sizes reach it."""
+    from kernelgate.gates import base
+
+    budgets = base.RESULTS_DEVICE_KEPT_BYTES + base.INPUTS_DEVICE_KEPT_BYTES
+    held = admission.held_device_bytes
+    assert held(None) == budgets and held(1 << 40) == budgets  # unknown, huge: the budgets
+    assert held(1) == base.RESULTS_KEPT_BYTES  # tiny: what older small cases may add up to
+    per_element = (base.RECENT_CASES + 1) * admission.HELD_BYTES_PER_ELEMENT
+    middle = (1 << 30) // per_element  # 1 GiB by its sizes: under the budgets
+    assert base.RESULTS_KEPT_BYTES < held(middle) < budgets
+    assert held(middle) == per_element * middle
+    big = 1 << 28
+    before = admission.estimate_device_bytes(big), admission.estimate_device_bytes(None)
+    monkeypatch.setattr(base, "RESULTS_DEVICE_KEPT_BYTES", 2 * base.RESULTS_DEVICE_KEPT_BYTES)
+    after = admission.estimate_device_bytes(big), admission.estimate_device_bytes(None)
+    grown = base.RESULTS_DEVICE_KEPT_BYTES // 2
+    assert after == (before[0] + grown, before[1] + grown)
+    monkeypatch.setattr(base, "INPUTS_DEVICE_KEPT_BYTES", 0)
+    monkeypatch.setattr(base, "RESULTS_DEVICE_KEPT_BYTES", 0)
+    assert held(big) == held(None) == 0  # nothing kept there: nothing estimated
 
 
 def test_an_unsizable_reference_is_an_unknown_not_an_error(tmp_path: Path) -> None:

@@ -20,8 +20,11 @@ element the reference holds at its own sizes (parameters, buffers, inputs and ou
 float64 oracle's copies and intermediates in the judge (2 x 8 bytes), the judge's pristine
 inputs, the outputs it receives and its comparisons (3 x 4 bytes), the worker's copies and
 the candidate's temporaries (3 x 4 bytes); plus a fixed part for the two CUDA contexts
-and the judge's allocator (``CONTEXT_BYTES``). Each row records its estimate beside the
-memory the judge measured, for checking the model against the device.
+and the judge's allocator (``CONTEXT_BYTES``); plus what the judge keeps on the device
+from run to run (``held_device_bytes``: its recent cases' oracle results and the copies of
+their inputs, each within its per-judge budget in ``gates/base.py``, and no more than
+cases of the reference's sizes hold). Each row records its estimate beside the memory the
+judge measured, for checking the model against the device.
 """
 
 from __future__ import annotations
@@ -46,6 +49,13 @@ BYTES_PER_ELEMENT = 2 * 8 + 3 * 4 + 3 * 4  # oracle (float64), judge side, worke
 # judge's allocator reserved on the smallest CUDA-L1 records on the H200 (1.0-1.6 GiB)
 CONTEXT_BYTES = 3 * GIB
 UNKNOWN_ELEMENTS_BYTES = 8 * GIB  # a reference the meta device cannot size
+# What one case of the reference keeps on the device between the oracle's runs, per
+# element of the reference (``GateContext._cached``, ``oracle_inputs``): its float64
+# result (8), the native run (4), a probe's or a CPU run's results (8, up to 8 more for the
+# float64 CPU run or the index sources), its open signs (2), rounded up to 32; and the copy
+# of its inputs, in their own dtypes (up to 8). Counting every element of the reference
+# (weights too) as both an input and an output only over-counts.
+HELD_BYTES_PER_ELEMENT = 32 + 8
 BUDGET_SHARE = 0.85  # of the device's total memory: allocator rounding, fragmentation
 POLL_SECONDS = 0.5
 SIZING_SECONDS = 10.0  # for the meta-device run that sizes the reference
@@ -54,10 +64,31 @@ WAITING_MARKER = "admission-waiting"  # in a record's work folder while its judg
 
 def estimate_device_bytes(elements: int | None) -> int:
     """Device memory a judge and its worker hold for a reference of ``elements`` tensor
-    elements (``ReferenceProgram.footprint``; None: not measurable on the meta device)."""
+    elements (``ReferenceProgram.footprint``; None: not measurable on the meta device):
+    what a run takes, and what the judge keeps between runs (``held_device_bytes``)."""
+    held = held_device_bytes(elements)
     if elements is None:
-        return CONTEXT_BYTES + UNKNOWN_ELEMENTS_BYTES
-    return CONTEXT_BYTES + BYTES_PER_ELEMENT * elements
+        return CONTEXT_BYTES + UNKNOWN_ELEMENTS_BYTES + held
+    return CONTEXT_BYTES + BYTES_PER_ELEMENT * elements + held
+
+
+def held_device_bytes(elements: int | None) -> int:
+    """What a judge keeps on the device from one oracle run to the next for a reference of
+    ``elements`` tensor elements: its cases' results (``RESULTS_DEVICE_KEPT_BYTES``) and
+    the copies of their inputs (``INPUTS_DEVICE_KEPT_BYTES``), at most those budgets
+    together (all of them where the reference cannot be sized), and at most what the cases
+    it keeps can hold at the reference's sizes: the ``RECENT_CASES`` latest and the one
+    being evaluated at ``HELD_BYTES_PER_ELEMENT``, or ``RESULTS_KEPT_BYTES`` of older
+    ones (``gates/base.py``). Without it the estimate left out up to 3 GiB a judge that
+    the device path holds, and admitted judges beside each other that the device could
+    not hold; bounded by the sizes, a small reference's judge reserves little more."""
+    from kernelgate.gates import base  # read when asked: tests and audits may set them
+
+    budgets = base.RESULTS_DEVICE_KEPT_BYTES + base.INPUTS_DEVICE_KEPT_BYTES
+    if elements is None:
+        return budgets
+    cases = (base.RECENT_CASES + 1) * HELD_BYTES_PER_ELEMENT * elements
+    return min(budgets, max(base.RESULTS_KEPT_BYTES, cases))
 
 
 def reference_elements(reference: Path, seconds: float = SIZING_SECONDS) -> int | None:

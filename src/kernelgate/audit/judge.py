@@ -771,6 +771,7 @@ def device_admission(
         yield {
             "elements": elements,
             "estimate_bytes": estimate,
+            "held_bytes": admission.held_device_bytes(elements),  # part of the estimate
             "budget_bytes": budget,
             "waited_s": round(waited, 2),
         }

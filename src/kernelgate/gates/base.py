@@ -46,7 +46,14 @@ from kernelgate.oracle.error_models import (
     assess_with,
     uses_magnitude,
 )
-from kernelgate.oracle.fp64 import Oracle, SizedOracle, flatten_outputs
+from kernelgate.oracle.fp64 import (
+    Oracle,
+    SizedOracle,
+    cast_values,
+    flatten_outputs,
+    inputs_on_device,
+)
+from kernelgate.oracle.fp64 import held as held_on
 from kernelgate.oracle.output_kinds import assess_exact, assess_indices, output_kind
 from kernelgate.sandbox import cuda_ipc
 from kernelgate.sandbox.access_trace import AccessLog
@@ -91,6 +98,18 @@ RESULTS_KEPT_BYTES = 256 << 20
 # and bringing KernelBench-sized ones down and up again is the cost this avoids.
 RESULTS_DEVICE_KEPT_BYTES = 2 << 30
 OUTSIDE_DEVICE_BUDGET = frozenset({"magnitude"})
+# Results computed on the host (the CPU honest runs, ``Oracle.second_implementations``) that
+# the judge uploads once and keeps beside the others within that budget: every judgement
+# that read them uploaded them again (``_assess_on``, the class gates).
+COMPUTED_ON_HOST = frozenset({"honest:cpu-fp32", "honest:cpu-fp64"})
+# Bytes of the copies of cases' inputs a GateContext keeps on the oracle's device for the
+# oracle's runs to read (``oracle_inputs``), all held cases together: a budget of their
+# own, so that keeping them never pushes a result off the device. A case whose inputs
+# would pass it is read from the host, uploaded for every run, as before. In their own
+# dtypes they are half the size of the float64 results at most of the same elements; a
+# KernelBench-sized case above it is one whose runs each take seconds on the device, so
+# the upload it saves matters least there.
+INPUTS_DEVICE_KEPT_BYTES = 1 << 30
 # Oracles at other sizes (CMP-03) a GateContext keeps: each holds the reference model in
 # float64 and in its own dtype, and a gate judges one shape at a time, so older ones would
 # only hold device memory (for a large model, a copy of it for every held-out shape).
@@ -179,6 +198,13 @@ class _CaseResults:
     # entries kept on the host although the oracle keeps its results on its device, and why
     # (over RESULTS_DEVICE_KEPT_BYTES, or the device out of memory): said in assessments
     on_host: dict[str, str] = field(default_factory=dict)
+    # the values on the oracle's device, uploaded once for all of the case's oracle runs
+    # (``GateContext.oracle_inputs``), and their bytes (INPUTS_DEVICE_KEPT_BYTES)
+    device_inputs: list[Any] | None = None
+    device_input_bytes: int = 0
+    # why the runs read the host values instead (over the budget, the device out of
+    # memory); None while no run has asked, or the copy is held
+    inputs_on_host: str | None = None
 
 
 def _tensor_bytes(
@@ -310,6 +336,9 @@ class GateContext:
         # recently used first): "expected", "magnitude", "open-zero-signs" and one
         # "honest:<run>" per honest run (see ``_cached``)
         self._results: OrderedDict[int, _CaseResults] = OrderedDict()
+        # read once: the oracle's runs read a device copy of each case's inputs
+        # (``oracle_inputs``) throughout one verification, or never
+        self._inputs_on_device = inputs_on_device(oracle.device)
         # the reference's output dtypes per input signature (``output_dtypes``)
         self._output_dtypes: dict[tuple[Any, ...], list[torch.dtype | None]] = {}
         # how many times each kind of oracle result was computed (not taken from the
@@ -486,7 +515,69 @@ class GateContext:
 
     def expected(self, case: Case) -> list[Any]:
         self.admit(case)
-        return self._cached(case, "expected", lambda: self.oracle_for(case).expected(case.values))
+        oracle = self.oracle_for(case)
+        return self._cached(case, "expected", lambda: oracle.expected(self.oracle_inputs(case)))
+
+    def oracle_inputs(self, case: Case) -> list[Any]:
+        """``case``'s admitted values as the oracle's runs read them: a copy on the
+        oracle's device, made once per case (one upload a tensor) and kept with its results
+        (``_CaseResults``: let go with them, spilled with them), where the oracle runs on a
+        device (``fp64.inputs_on_device``); else the values themselves, uploaded by each run
+        as before (the CPU: always; a case whose inputs alone pass
+        ``INPUTS_DEVICE_KEPT_BYTES``; a case whose copy a shortage of device memory let go,
+        ``spill``).
+
+        Within the budget, the copies of the least recently used cases are let go to make
+        room (``_room_for_copy``): a gate evaluates one case at a time, and a case asked for
+        again after its copy went is uploaded again, never judged otherwise. The copies are
+        not counted in ``RESULTS_KEPT_BYTES`` (the case's host values are, and they are the
+        same bytes), so what is carried from gate to gate is what it was without them.
+
+        Called inside each evaluation (never held across one), so an evaluation made again
+        after a spill reads the host values. No run writes into the copy: each casts or
+        clones it (``fp64.run_copies``). It is the judge's own: never placed, sent or
+        exported to the candidate's worker (``run`` places ``case.values``)."""
+        self.admit(case)
+        if not self._inputs_on_device:
+            return case.values
+        held = self._holder(case)
+        if held.device_inputs is None and held.inputs_on_host is None:
+            size = _tensor_bytes(case.values)
+            if size > INPUTS_DEVICE_KEPT_BYTES:
+                held.inputs_on_host = (
+                    f"host: over the device budget for input copies "
+                    f"({INPUTS_DEVICE_KEPT_BYTES >> 20} MiB a judge; {size >> 20} MiB asked)"
+                )
+                return case.values
+            self._room_for_copy(INPUTS_DEVICE_KEPT_BYTES - size)
+            held.device_inputs = cast_values(case.values, None, self.oracle.device)
+            held.device_input_bytes = size
+        return case.values if held.device_inputs is None else held.device_inputs
+
+    def _room_for_copy(self, room: int) -> None:
+        """Let go of input copies, least recently used case first, until those held take
+        at most ``room`` bytes (``oracle_inputs``)."""
+        for held in self._results.values():  # least recently used first
+            if self.device_input_bytes_held() <= room:
+                return
+            held.device_inputs, held.device_input_bytes = None, 0
+
+    def device_input_bytes_held(self) -> int:
+        """Bytes of the cases' input copies this context keeps on the oracle's device
+        (``oracle_inputs``), all cases together: within ``INPUTS_DEVICE_KEPT_BYTES``."""
+        return sum(held.device_input_bytes for held in self._results.values())
+
+    def _holder(self, case: Case) -> _CaseResults:
+        """The results held for ``case``'s admitted values (made empty if none), now the
+        most recently used."""
+        key = id(case.values)
+        held = self._results.get(key)
+        if held is None:
+            held = self._results[key] = _CaseResults(case.values)
+            held.nbytes = _tensor_bytes(case.values)
+        else:
+            self._results.move_to_end(key)
+        return held
 
     def _cached(self, case: Case, what: str, compute: Callable[[], Any]) -> Any:
         """``compute()`` once per case's admitted values and ``what``.
@@ -501,13 +592,7 @@ class GateContext:
         a gate took 2x the judge's memory at KernelBench sizes. An entry asked for again
         after that is recomputed, never wrong.
         """
-        key = id(case.values)
-        held = self._results.get(key)
-        if held is None:
-            held = self._results[key] = _CaseResults(case.values)
-            held.nbytes = _tensor_bytes(case.values)
-        else:
-            self._results.move_to_end(key)
+        held = self._holder(case)
         if what not in held.entries:
             with self.step(what, case):
                 held.entries[what] = self._kept(held, what, self._computed(compute))
@@ -535,6 +620,8 @@ class GateContext:
         host, and ``held`` says why (``assess`` reports it)."""
         if self.oracle.results_device.type == "cpu" or what in OUTSIDE_DEVICE_BUDGET:
             return value
+        if what in COMPUTED_ON_HOST:
+            return self._uploaded(held, what, value)
         incoming = _tensor_bytes(value, device_only=True)
         if not incoming or self.device_bytes_held() + incoming <= RESULTS_DEVICE_KEPT_BYTES:
             return value
@@ -543,6 +630,24 @@ class GateContext:
             f"MiB a judge; {incoming >> 20} MiB more asked)"
         )
         return _on_host(value)
+
+    def _uploaded(self, held: _CaseResults, what: str, value: Any) -> Any:
+        """A result computed on the host (``COMPUTED_ON_HOST``) kept on the results
+        device, uploaded once, where it fits in ``RESULTS_DEVICE_KEPT_BYTES`` and the device
+        has the memory; else on the host, where it is, and ``held`` says why (as a result
+        computed on the device says it, ``_kept``)."""
+        incoming = _tensor_bytes(value)
+        if self.device_bytes_held() + incoming > RESULTS_DEVICE_KEPT_BYTES:
+            held.on_host[what] = (
+                f"host: over the device budget for held results ({RESULTS_DEVICE_KEPT_BYTES >> 20} "
+                f"MiB a judge; {incoming >> 20} MiB more asked)"
+            )
+            return value
+        try:
+            return held_on(value, self.oracle.results_device)
+        except torch.OutOfMemoryError:  # judged where it is: uploaded for each judgement
+            held.on_host[what] = "host: the device was out of memory"
+            return value
 
     def device_bytes_held(self) -> int:
         """Bytes of the oracle results this context keeps on a device within
@@ -557,13 +662,25 @@ class GateContext:
 
     def spill(self, reason: str) -> bool:
         """Move every oracle result kept on a device to the host (``reason`` recorded for
-        ``assess``), and give the freed blocks back to the driver: the device ran out of
-        memory, and the judges of an audit share it. Whether anything moved; nothing does
-        where results are kept on the host anyway (the CPU, or
-        ``KERNELGATE_RESULTS_ON_DEVICE=0``: the behaviour before results stayed there)."""
-        if self.oracle.results_device.type == "cpu":
+        ``assess``), let go of every case's input copy there (the host holds the same
+        values: the case's later runs read those, ``oracle_inputs``), and give the freed
+        blocks back to the driver: the device ran out of memory, and the judges of an audit
+        share it. Whether anything moved or was let go; nothing is where results and inputs
+        are kept on the host anyway (the CPU, or ``KERNELGATE_RESULTS_ON_DEVICE=0`` with
+        ``KERNELGATE_INPUTS_ON_DEVICE=0``: the behaviour before either stayed there)."""
+        if self.oracle.device.type == "cpu":
             return False
         moved = False
+        for held in self._results.values():
+            if held.device_inputs is not None:
+                moved = True
+            if held.inputs_on_host is None:  # not made again for this case
+                held.inputs_on_host = f"host: {reason}"
+            held.device_inputs, held.device_input_bytes = None, 0
+        if self.oracle.results_device.type == "cpu":
+            if moved and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            return moved
         for held in self._results.values():
             for what, value in held.entries.items():
                 if _tensor_bytes(value, device_only=True):
@@ -642,9 +759,15 @@ class GateContext:
         runs = {}
         for name, dtype in wanted:
             runs[name] = self._cached(
-                case, f"honest:{name}", functools.partial(oracle.honest_run, case.values, dtype)
+                case, f"honest:{name}", functools.partial(self._honest_run, oracle, case, dtype)
             )
         return runs
+
+    def _honest_run(self, oracle: Oracle, case: Case, cpu_dtype: torch.dtype | None) -> list[Any]:
+        """One honest run of ``case``: the native one from the inputs' device copy
+        (``oracle_inputs``), a CPU one from the host values."""
+        on_device = self.oracle_inputs(case) if cpu_dtype is None else None
+        return oracle.honest_run(case.values, cpu_dtype, on_device)
 
     def open_zero_signs(self, case: Case) -> list[Any]:
         """Per output of ``case``, where the reference leaves the sign of a zero open (an
@@ -654,7 +777,9 @@ class GateContext:
         dtypes = [o.dtype if isinstance(o, torch.Tensor) else None for o in self.native(case)]
         oracle, expected = self.oracle_for(case), self.expected(case)
         return self._cached(
-            case, "open-zero-signs", lambda: oracle.open_zero_signs(case.values, expected, dtypes)
+            case,
+            "open-zero-signs",
+            lambda: oracle.open_zero_signs(self.oracle_inputs(case), expected, dtypes),
         )
 
     def has_second_implementation(self, case: Case, kind: str) -> bool:
@@ -674,7 +799,9 @@ class GateContext:
         return self._cached(
             case,
             "dependence-probe",
-            lambda: dependence.coarse_probe(case.values, oracle.expected, self.expected(case)),
+            lambda: dependence.coarse_probe(
+                self.oracle_inputs(case), oracle.expected, self.expected(case)
+            ),
         )
 
     def refined_dependence_probe(
@@ -682,20 +809,31 @@ class GateContext:
     ) -> list[Any] | None:
         """``dependence_probe`` with each ``disputed`` position of output ``output_index``
         given the oracle's value with only the specials it depends on kept; None when the
-        case holds no specials or more than the refined probe's budget."""
-        coarse = self.dependence_probe(case)
-        if coarse is None:
+        case holds no specials or more than the refined probe's budget.
+
+        The probe edits the inputs where the oracle's runs read them (``oracle_inputs``: its
+        masks and edits lie on the device with the copy); where the device runs out of
+        memory the results and copies held there are let go and it runs again from the host
+        values (``_computed``), as it ran before the copies."""
+        if self.dependence_probe(case) is None:
             return None
-        refined = dependence.refined_probe(
-            case.values,
-            self.oracle_for(case).expected,
-            output_index,
-            disputed,
-            coarse[output_index],
-        )
-        if refined is None:
-            return None
-        return [refined if k == output_index else out for k, out in enumerate(coarse)]
+
+        def probe() -> list[Any] | None:
+            coarse = self.dependence_probe(case)  # again: a spill moves it
+            if coarse is None:
+                return None
+            refined = dependence.refined_probe(
+                self.oracle_inputs(case),
+                self.oracle_for(case).expected,
+                output_index,
+                disputed,
+                coarse[output_index],
+            )
+            if refined is None:
+                return None
+            return [refined if k == output_index else out for k, out in enumerate(coarse)]
+
+        return self._computed(probe)
 
     def completion_probes(
         self, case: Case, output_index: int, disputed: torch.Tensor, fallback: list[Any]
@@ -703,14 +841,17 @@ class GateContext:
         """Two more honest runs for the ``disputed`` positions of output ``output_index``:
         the oracle on the case with every input row a position does not depend on made
         positive, then negative (``oracle/dependence.py``: the completion); ``fallback``'s
-        outputs elsewhere. Empty when over the completion's budget."""
+        outputs elsewhere. Empty when over the completion's budget. Made again from the
+        host values where the device runs out of memory (``refined_dependence_probe``)."""
         self.admit(case)
-        alternatives = dependence.completion_probe(
-            case.values,
-            self.oracle_for(case).expected,
-            output_index,
-            disputed,
-            fallback[output_index],
+        alternatives = self._computed(
+            lambda: dependence.completion_probe(
+                self.oracle_inputs(case),
+                self.oracle_for(case).expected,
+                output_index,
+                disputed,
+                fallback[output_index],
+            )
         )
         if alternatives is None:
             return []
@@ -791,14 +932,18 @@ class GateContext:
             (o.indices.op, o.indices.call) for o in self.contract.outputs if o.indices is not None
         }
         oracle = self.oracle_for(case)
-        sources = self._cached(case, "index-sources", lambda: oracle.op_inputs(case.values, wanted))
+        sources = self._cached(
+            case, "index-sources", lambda: oracle.op_inputs(self.oracle_inputs(case), wanted)
+        )
         key = (spec.op, spec.call)
         if key not in sources:  # the op was not reached on these inputs: exact, and say so
             assessment = self._assess_exact(case, output_index, actual)
             assessment.params["indices"] = f"{spec.op} call {spec.call} not reached: judged exactly"
             return assessment
         native = self._cached(
-            case, "index-sources:native", lambda: oracle.op_inputs(case.values, wanted, native=True)
+            case,
+            "index-sources:native",
+            lambda: oracle.op_inputs(self.oracle_inputs(case), wanted, native=True),
         )
         expected = self.expected(case)[output_index]
 
@@ -955,7 +1100,7 @@ class GateContext:
 
         def compute() -> tuple[list[Any], int]:
             with oracle.program.rebound(**(case.sizes or {})):
-                return oracle.magnitude(case.values, str(entry_name))
+                return oracle.magnitude(self.oracle_inputs(case), str(entry_name))
 
         return self._cached(case, "magnitude", compute)
 

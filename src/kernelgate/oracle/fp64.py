@@ -53,6 +53,35 @@ def cast_values(value: Any, dtype: torch.dtype | None, device: torch.device) -> 
     return value
 
 
+def run_copies(value: Any, dtype: torch.dtype | None, device: torch.device) -> Any:
+    """``cast_values(value, dtype, device)`` for one run of the reference, with every tensor
+    of ``value`` that lies on a device (the judge's copy of a case's inputs there:
+    ``GateContext.oracle_inputs``) and that the cast left as it is (already in ``dtype``,
+    or not floating) cloned on that device.
+
+    A reference may write into its inputs, and the device copy is read by every run of its
+    case: a run must never change what the next one reads. Cast from the host, every tensor
+    is a new upload anyway, so nothing is cloned; on the CPU nothing is either, so the CPU
+    path is exactly ``cast_values`` (each caller keeps its own protection there)."""
+    if isinstance(value, torch.Tensor):
+        cast = cast_values(value, dtype, device)
+        if value.device.type != "cpu" and _shares(cast, value):
+            cast = cast.clone()
+        return cast
+    if isinstance(value, list | tuple):
+        return type(value)(run_copies(v, dtype, device) for v in value)
+    return value
+
+
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` is ``b`` or reads its storage (a meta tensor has no address: only the
+    object itself counts there)."""
+    if a is b:
+        return True
+    pointer = a.untyped_storage().data_ptr()
+    return pointer != 0 and pointer == b.untyped_storage().data_ptr()
+
+
 # "0": the oracle's results (float64 and honest runs) come to the host, as before they
 # stayed on the oracle's device: for an audit to run while the device path is in doubt.
 RESULTS_ON_DEVICE_ENV = "KERNELGATE_RESULTS_ON_DEVICE"
@@ -71,6 +100,25 @@ def results_device(device: torch.device | str) -> torch.device:
     if device.type == "cpu" or os.environ.get(RESULTS_ON_DEVICE_ENV, "1").strip() == "0":
         return torch.device("cpu")
     return device
+
+
+# "0": every oracle run uploads the case's inputs from the host, as before the judge kept a
+# copy of them on the oracle's device (``GateContext.oracle_inputs``).
+INPUTS_ON_DEVICE_ENV = "KERNELGATE_INPUTS_ON_DEVICE"
+
+
+def inputs_on_device(device: torch.device | str) -> bool:
+    """Whether the judge keeps a copy of each case's inputs on an oracle's ``device`` for
+    the oracle's runs to read: on any device but the CPU, unless
+    ``KERNELGATE_INPUTS_ON_DEVICE=0``.
+
+    A case's float64 evaluation, native run, magnitude run, open-sign variants, index-op
+    sources and dependence probes each uploaded the case's host inputs again: in the H200
+    audit's profile ``cast_values`` took 254 of the judges' 995 CPU seconds, these uploads
+    and the results' downloads (which no longer happen: ``results_device``) together
+    (benchmarks/results/judge-profile-h200-2026-12-04.json)."""
+    device = torch.device(device)
+    return device.type != "cpu" and os.environ.get(INPUTS_ON_DEVICE_ENV, "1").strip() != "0"
 
 
 def held(value: Any, device: torch.device) -> Any:
@@ -160,8 +208,10 @@ class Oracle:
     @torch.no_grad()
     def expected(self, inputs: list[Any]) -> list[Any]:
         """The reference in float64 on the exact input values (results on
-        ``results_device``: the oracle's device, or the host)."""
-        values = cast_values(inputs, torch.float64, self.device)
+        ``results_device``: the oracle's device, or the host). ``inputs`` on the host, or
+        the judge's copy of them on the oracle's device, which no run writes into
+        (``run_copies``)."""
+        values = run_copies(inputs, torch.float64, self.device)
         # a copy for the repeat, taken first: a reference may write into its inputs
         again = None if self._repeatable_checked else copy.deepcopy(values)
         outputs = flatten_outputs(self.model64(*values))
@@ -199,7 +249,7 @@ class Oracle:
         and ``dtypes`` the outputs' own dtypes. Up to three more float64 evaluations."""
 
         def run() -> list[Any]:
-            values = cast_values(inputs, torch.float64, self.device)
+            values = run_copies(inputs, torch.float64, self.device)
             if any(v is i for v, i in zip(values, inputs)):  # float64 inputs: the reference
                 values = copy.deepcopy(values)  # may write into them, and runs three times
             outputs = flatten_outputs(self.model64(*values))
@@ -210,8 +260,10 @@ class Oracle:
     @torch.no_grad()
     def native(self, inputs: list[Any]) -> list[Any]:
         """The reference eagerly in the inputs' own dtypes on the oracle's device (results
-        on ``results_device``)."""
-        outputs = self.model_native(*cast_values(inputs, None, self.device))
+        on ``results_device``). From the judge's device copy of ``inputs`` a run reads
+        clones (``run_copies``): this run casts nothing, and a reference may write into its
+        inputs."""
+        outputs = self.model_native(*run_copies(inputs, None, self.device))
         return [held(o, self.results_device) for o in flatten_outputs(outputs)]
 
     @torch.no_grad()
@@ -219,15 +271,16 @@ class Oracle:
         self, inputs: list[Any], wanted: set[tuple[str, int]], *, native: bool = False
     ) -> dict[tuple[str, int], torch.Tensor]:
         """The inputs of the index ops ``wanted`` (``(op, call)``) as the reference computes
-        them on ``inputs`` (CPU tensors): in float64 (the oracle), or natively (``native``:
-        an honest evaluation), for judging index outputs (``oracle.output_kinds``). One more
-        evaluation of the reference, made only for contracts with index outputs. Kept on
-        ``results_device``, like the oracle's outputs they are judged with."""
+        them on ``inputs`` (host tensors, or the judge's device copy): in float64 (the
+        oracle), or natively (``native``: an honest evaluation), for judging index outputs
+        (``oracle.output_kinds``). One more evaluation of the reference, made only for
+        contracts with index outputs. Kept on ``results_device``, like the oracle's outputs
+        they are judged with."""
         from kernelgate.contract.match import OpInputCapture
 
         capture = OpInputCapture(wanted)
         model = self.model_native if native else self.model64
-        values = cast_values(inputs, None if native else torch.float64, self.device)
+        values = run_copies(inputs, None if native else torch.float64, self.device)
         values = copy.deepcopy(values) if any(v is i for v, i in zip(values, inputs)) else values
         with capture:
             model(*values)
@@ -241,10 +294,16 @@ class Oracle:
         outputs = self._cpu_models[dtype](*cast_values(inputs, dtype, torch.device("cpu")))
         return flatten_outputs(outputs)
 
-    def honest_run(self, inputs: list[Any], cpu_dtype: torch.dtype | None) -> list[Any]:
-        """One honest evaluation: the native run (``cpu_dtype`` None), or the reference on the
-        CPU in ``cpu_dtype`` (a ``second_implementations`` entry)."""
-        return self.native(inputs) if cpu_dtype is None else self.on_cpu(inputs, cpu_dtype)
+    def honest_run(
+        self, inputs: list[Any], cpu_dtype: torch.dtype | None, on_device: list[Any] | None = None
+    ) -> list[Any]:
+        """One honest evaluation: the native run (``cpu_dtype`` None; from ``on_device``, the
+        judge's device copy of ``inputs``, where given), or the reference on the CPU in
+        ``cpu_dtype`` (a ``second_implementations`` entry) on the host ``inputs``, its
+        results on the host (the judge keeps them on its device: ``GateContext._kept``)."""
+        if cpu_dtype is None:
+            return self.native(inputs if on_device is None else on_device)
+        return self.on_cpu(inputs, cpu_dtype)
 
     def second_implementations(self, inputs: list[Any], kind: str) -> list[tuple[str, torch.dtype]]:
         """The runs beside ``native-eager`` that ``kind`` asks for, as (name, CPU dtype).
@@ -278,12 +337,14 @@ class Oracle:
         """Per-output magnitudes and reduction length N for a library entry's error model.
 
         The fp64 reference re-runs with the entry's reduction op replaced by its magnitude
-        recipe (e.g. ``|A| @ |B|``; see ``contract.match``), on the exact input values.
+        recipe (e.g. ``|A| @ |B|``; see ``contract.match``), on the exact input values
+        (host tensors, or the judge's device copy, which the run only reads a cast or clone
+        of: ``run_copies``).
         """
         from kernelgate.contract.library import entry
         from kernelgate.contract.match import magnitude
 
-        inputs64 = cast_values(inputs, torch.float64, self.device)
+        inputs64 = run_copies(inputs, torch.float64, self.device)
         return magnitude(self.model64, inputs64, entry(entry_name))
 
 
