@@ -88,6 +88,62 @@ def initial_state_grad(
     return dh0.to(ctx.initial_state_dtype) if dh0 is not None else None
 
 
+def recurrence_forward(
+    ctx: torch.autograd.function.FunctionCtx,
+    launch_fwd: Callable,
+    inputs: tuple[torch.Tensor, ...],
+    scale: float,
+    initial_state: torch.Tensor | None,
+    output_final_state: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The forward of a member's autograd Function whose launchers take (inputs, scale,
+    initial state, flag) (gdn, GLA, KDA): run ``launch_fwd``, which returns (o, final state,
+    the intermediates its backward reads), and keep on ``ctx`` what recurrence_backward needs:
+    the inputs, those intermediates, the scale and the initial state's presence and dtype."""
+    o, final_state, saved = launch_fwd(*inputs, scale, initial_state, output_final_state)
+    ctx.save_for_backward(*inputs, *saved)
+    ctx.num_inputs = len(inputs)
+    ctx.scale = scale
+    remember_initial_state(ctx, initial_state)
+    return o, final_state
+
+
+def recurrence_backward(
+    ctx: torch.autograd.function.FunctionCtx,
+    launch_bwd: Callable,
+    do: torch.Tensor,
+    dht: torch.Tensor | None,
+) -> tuple[torch.Tensor | None, ...]:
+    """The backward matching recurrence_forward: ``launch_bwd(*inputs, scale, has initial
+    state, intermediates, do, dht)`` on an aligned do (autograd's incoming gradient may be
+    any view); returns the gradient of every input, then dh0 in the initial state's dtype."""
+    tensors = ctx.saved_tensors
+    inputs, saved = tensors[: ctx.num_inputs], list(tensors[ctx.num_inputs :])
+    *grads, dh0 = launch_bwd(*inputs, ctx.scale, has_initial_state(ctx), saved, aligned(do), dht)
+    return (*grads, initial_state_grad(ctx, dh0))
+
+
+def apply_recurrence(
+    function: type[torch.autograd.Function],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *gates: torch.Tensor,
+    scale: float | None,
+    initial_state: torch.Tensor | None,
+    output_final_state: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The body of a q, k, v member's public function after its shape checks (gdn,
+    delta_rule, GLA, KDA): the scale default, the inputs as the kernels compute from them
+    (kernel_inputs), ``function.apply(q, k, v, *gates, scale, initial_state,
+    output_final_state)``, and o returned in v's dtype (the final state stays fp32)."""
+    scale = default_scale(scale, q)
+    out_dtype = v.dtype
+    inputs = kernel_inputs(q, k, v, *gates)
+    o, final_state = function.apply(*inputs, scale, initial_state, output_final_state)
+    return o.to(out_dtype), final_state
+
+
 # ------------------------------------------------------------------------- input checks
 # The members' messages differ in small ways that callers and docs may quote (GLA and KDA
 # prefix their function's name and print shapes as tuples; Gated DeltaNet prints torch.Size),

@@ -24,10 +24,9 @@ import torch
 
 from kernelgate.kernels._common import (
     aligned,
-    default_scale,
+    apply_recurrence,
     has_initial_state,
     initial_state_grad,
-    kernel_inputs,
     remember_initial_state,
 )
 from kernelgate.kernels._padding import StatePadding, zero_pad
@@ -115,10 +114,13 @@ def chunk_delta_rule(
         initial_state; deterministic (no atomics, fixed launch configurations).
     """
     _check_delta_rule_inputs(q, k, v, beta, initial_state)
-    scale = default_scale(scale, q)
-    out_dtype = v.dtype
-    q, k, v, beta = kernel_inputs(q, k, v, beta)
-    o, final_state = ChunkDeltaRuleFunction.apply(
-        q, k, v, beta, scale, initial_state, output_final_state
+    return apply_recurrence(
+        ChunkDeltaRuleFunction,
+        q,
+        k,
+        v,
+        beta,
+        scale=scale,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
     )
-    return o.to(out_dtype), final_state

@@ -6,17 +6,14 @@ import torch
 import triton
 
 from kernelgate.kernels._common import (
-    aligned,
+    apply_recurrence,
     check_head_dim,
     check_initial_state,
     check_length,
     check_qkv,
-    default_scale,
     fp32_state,
-    has_initial_state,
-    initial_state_grad,
-    kernel_inputs,
-    remember_initial_state,
+    recurrence_backward,
+    recurrence_forward,
     round_up,
     state_buffer,
     tile_width,
@@ -429,21 +426,14 @@ class ChunkGatedDeltaRuleFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, scale, initial_state, output_final_state):
-        o, final_state, saved = chunk_gated_delta_rule_fwd(
-            q, k, v, g, beta, scale, initial_state, output_final_state
-        )
-        ctx.save_for_backward(q, k, v, g, beta, *saved)
-        ctx.scale = scale
-        remember_initial_state(ctx, initial_state)
-        return o, final_state
+        inputs = (q, k, v, g, beta)
+        fwd = chunk_gated_delta_rule_fwd
+        return recurrence_forward(ctx, fwd, inputs, scale, initial_state, output_final_state)
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, beta, *saved = ctx.saved_tensors
-        dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_bwd(
-            q, k, v, g, beta, ctx.scale, has_initial_state(ctx), saved, aligned(do), dht
-        )
-        return dq, dk, dv, dg, dbeta, None, initial_state_grad(ctx, dh0), None
+        dq, dk, dv, dg, dbeta, dh0 = recurrence_backward(ctx, chunk_gated_delta_rule_bwd, do, dht)
+        return dq, dk, dv, dg, dbeta, None, dh0, None
 
 
 def chunk_gated_delta_rule(
@@ -472,10 +462,14 @@ def chunk_gated_delta_rule(
         initial_state; deterministic (no atomics, fixed launch configurations).
     """
     _check_inputs(q, k, v, g, beta, initial_state)
-    scale = default_scale(scale, q)
-    out_dtype = v.dtype
-    q, k, v, g, beta = kernel_inputs(q, k, v, g, beta)
-    o, final_state = ChunkGatedDeltaRuleFunction.apply(
-        q, k, v, g, beta, scale, initial_state, output_final_state
+    return apply_recurrence(
+        ChunkGatedDeltaRuleFunction,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale=scale,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
     )
-    return o.to(out_dtype), final_state

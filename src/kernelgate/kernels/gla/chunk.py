@@ -6,17 +6,14 @@ import torch
 import triton
 
 from kernelgate.kernels._common import (
-    aligned,
+    apply_recurrence,
     check_head_dim,
     check_initial_state,
     check_length,
     check_qkv,
-    default_scale,
     fp32_state,
-    has_initial_state,
-    initial_state_grad,
-    kernel_inputs,
-    remember_initial_state,
+    recurrence_backward,
+    recurrence_forward,
     state_buffer,
     tile_width,
 )
@@ -52,8 +49,8 @@ def check_recurrence_inputs(name, q, k, v, gates, initial_state) -> None:
 
 
 def chunk_gla_fwd(q, k, v, g, scale, initial_state, output_final_state):
-    """Launch the state scan and the output kernel; returns o, the final state and the chunk
-    states the backward reads."""
+    """Launch the state scan and the output kernel; returns o, the final state and what the
+    backward reads (the chunk states, as a one-tuple like the other members' intermediates)."""
     batch, seq_len, heads, dim_k = q.shape
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
@@ -106,11 +103,12 @@ def chunk_gla_fwd(q, k, v, g, scale, initial_state, output_final_state):
         PREC=prec,
         num_warps=NUM_WARPS,
     )
-    return o, final_state, states
+    return o, final_state, (states,)
 
 
-def chunk_gla_bwd(q, k, v, g, scale, has_initial_state, states, do, dht):
+def chunk_gla_bwd(q, k, v, g, scale, has_initial_state, saved, do, dht):
     """Launch the reverse scan, the dv and the dq/dk/dg kernels; returns dq, dk, dv, dg, dh0."""
+    (states,) = saved
     batch, seq_len, heads, dim_k = q.shape
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
@@ -197,19 +195,15 @@ class ChunkGLAFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
-        o, final_state, states = chunk_gla_fwd(q, k, v, g, scale, initial_state, output_final_state)
-        ctx.save_for_backward(q, k, v, g, states)
-        ctx.scale = scale
-        remember_initial_state(ctx, initial_state)
-        return o, final_state
+        inputs = (q, k, v, g)
+        return recurrence_forward(
+            ctx, chunk_gla_fwd, inputs, scale, initial_state, output_final_state
+        )
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, states = ctx.saved_tensors
-        dq, dk, dv, dg, dh0 = chunk_gla_bwd(
-            q, k, v, g, ctx.scale, has_initial_state(ctx), states, aligned(do), dht
-        )
-        return dq, dk, dv, dg, None, initial_state_grad(ctx, dh0), None
+        dq, dk, dv, dg, dh0 = recurrence_backward(ctx, chunk_gla_bwd, do, dht)
+        return dq, dk, dv, dg, None, dh0, None
 
 
 def chunk_gla(
@@ -242,8 +236,13 @@ def chunk_gla(
         deterministic (no atomics, fixed launch configurations).
     """
     check_recurrence_inputs("chunk_gla", q, k, v, {"g": (g, q.shape)}, initial_state)
-    scale = default_scale(scale, q)
-    out_dtype = v.dtype
-    q, k, v, g = kernel_inputs(q, k, v, g)
-    o, final_state = ChunkGLAFunction.apply(q, k, v, g, scale, initial_state, output_final_state)
-    return o.to(out_dtype), final_state
+    return apply_recurrence(
+        ChunkGLAFunction,
+        q,
+        k,
+        v,
+        g,
+        scale=scale,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
+    )

@@ -6,13 +6,10 @@ import torch
 import triton
 
 from kernelgate.kernels._common import (
-    aligned,
-    default_scale,
+    apply_recurrence,
     fp32_state,
-    has_initial_state,
-    initial_state_grad,
-    kernel_inputs,
-    remember_initial_state,
+    recurrence_backward,
+    recurrence_forward,
     round_up,
     state_buffer,
     tile_width,
@@ -241,21 +238,15 @@ class ChunkKDAFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, scale, initial_state, output_final_state):
-        o, final_state, saved = chunk_kda_fwd(
-            q, k, v, g, beta, scale, initial_state, output_final_state
+        inputs = (q, k, v, g, beta)
+        return recurrence_forward(
+            ctx, chunk_kda_fwd, inputs, scale, initial_state, output_final_state
         )
-        ctx.save_for_backward(q, k, v, g, beta, *saved)
-        ctx.scale = scale
-        remember_initial_state(ctx, initial_state)
-        return o, final_state
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, beta, *saved = ctx.saved_tensors
-        dq, dk, dv, dg, dbeta, dh0 = chunk_kda_bwd(
-            q, k, v, g, beta, ctx.scale, has_initial_state(ctx), saved, aligned(do), dht
-        )
-        return dq, dk, dv, dg, dbeta, None, initial_state_grad(ctx, dh0), None
+        dq, dk, dv, dg, dbeta, dh0 = recurrence_backward(ctx, chunk_kda_bwd, do, dht)
+        return dq, dk, dv, dg, dbeta, None, dh0, None
 
 
 def chunk_kda(
@@ -300,10 +291,14 @@ def chunk_kda(
         {"g": (g, tuple(q.shape)), "beta": (beta, batch_time_heads)},
         initial_state,
     )
-    scale = default_scale(scale, q)
-    out_dtype = v.dtype
-    q, k, v, g, beta = kernel_inputs(q, k, v, g, beta)
-    o, final_state = ChunkKDAFunction.apply(
-        q, k, v, g, beta, scale, initial_state, output_final_state
+    return apply_recurrence(
+        ChunkKDAFunction,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale=scale,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
     )
-    return o.to(out_dtype), final_state
