@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import pytest
 import torch
 
 from ._measure import TF32_FLOOR, rel_err, rounding_bound
@@ -19,6 +20,13 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 Pairs = dict[str, tuple[torch.Tensor, torch.Tensor]]
 Call = Callable[[Callable, list[torch.Tensor]], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+def gpu_only(test: Callable) -> Callable:
+    """A GPU-only test: marked ``gpu`` (``-m gpu`` selects it; the project conftest skips it
+    without CUDA) and skipped where CUDA is absent."""
+    needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    return pytest.mark.gpu(needs_cuda(test))
 
 
 def case_id(case: Sequence) -> str:

@@ -185,8 +185,7 @@ BF16_TOL = 5e-3
 BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     """bf16 at B=2, T=4096, H=16, K=V=128 against the float64 oracle on the GPU from the same
     bf16-rounded values (the bound of the gated kernels' test).
@@ -199,8 +198,7 @@ def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     family.assert_within(pairs, BF16_TOL, label="delta rule bf16 relative errors:")
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bitwise_deterministic():
     """Five runs, fresh allocations each time: outputs and every gradient bitwise identical."""
     inputs = make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=3)

@@ -182,8 +182,7 @@ def test_bf16_tf32_dots_would_break_the_fp32_output_bounds(monkeypatch):
 BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     """bf16 at B=2, T=4096, H=16, K=V=128; the oracle runs in float64 on the GPU from the
     same bf16-rounded values. Bound per output: half an ulp of its largest element in its
@@ -192,8 +191,7 @@ def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     family.assert_within_rounding(pairs, "GLA bf16 relative errors:")
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bitwise_deterministic():
     """Ten runs, fresh allocations each time: outputs and every gradient bitwise identical."""
     inputs = make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=3)

@@ -216,8 +216,7 @@ BF16_TOL = 5e-3
 BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, groups=2, dim_n=128, dim_p=64)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     """bf16 x, B, C (fp32 dt, A, D) at b=2, T=4096, H=16, G=2, N=128, P=64; the oracle runs in
     float64 on the GPU from the same bf16-rounded values.
@@ -230,8 +229,7 @@ def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     family.assert_within(pairs, BF16_TOL, label="mamba2 bf16 relative errors:")
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bitwise_deterministic():
     """Five runs, fresh allocations each time: outputs and every gradient bitwise identical."""
     inputs = make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=3)
