@@ -21,15 +21,14 @@ if not torch.cuda.is_available():
 from kernelgate.kernels.delta_rule import chunk_delta_rule, naive_recurrent_delta_rule
 from kernelgate.kernels.gdn import chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
+from . import _family as family
+from ._family import DEVICE
 from ._measure import (
-    TF32_FLOOR,
     assert_16bit_is_the_fp32_path_rounded_once,
     cotangents,
     emulated_tf32_ratios,
-    rel_err,
 )
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GRAD_NAMES = ("q", "k", "v", "beta", "h0")
 FP32_TOL = 1e-5
 
@@ -52,36 +51,9 @@ def make_inputs(batch, seq_len, heads, dim_k, dim_v, dtype=torch.float32, seed=0
 def run_both(inputs, use_h0, final, scale=None, seed=1):
     """Forward and backward of ours and of the float64 oracle on the same values; returns
     {name: (ours, reference)} for o, the final state and every gradient."""
-    q, v, h0 = inputs[0], inputs[2], inputs[4]
-    gen = torch.Generator(device=q.device).manual_seed(seed)
-    ours = [x.detach().clone().requires_grad_() for x in inputs]
-    refs = [x.detach().double().requires_grad_() for x in inputs]
-    o, ht = chunk_delta_rule(
-        *ours[:4], scale=scale, initial_state=ours[4] if use_h0 else None, output_final_state=final
+    return family.run_qkv_member(
+        chunk_delta_rule, naive_recurrent_delta_rule, GRAD_NAMES, inputs, use_h0, final, scale, seed
     )
-    ro, rht = naive_recurrent_delta_rule(
-        *refs[:4], scale=scale, initial_state=refs[4] if use_h0 else None, output_final_state=final
-    )
-    assert o.dtype == v.dtype and o.shape == v.shape
-    do = torch.randn(o.shape, generator=gen, device=q.device).to(o.dtype)
-    loss, ref_loss = (o.float() * do).sum(), (ro * do.double()).sum()
-    pairs = {"o": (o, ro)}
-    if final:
-        assert ht.dtype == torch.float32 and ht.shape == h0.shape
-        dht = torch.randn(ht.shape, generator=gen, device=q.device)
-        loss, ref_loss = loss + (ht * dht).sum(), ref_loss + (rht * dht.double()).sum()
-        pairs["ht"] = (ht, rht)
-    else:
-        assert ht is None
-    loss.backward()
-    ref_loss.backward()
-    for name, x, r in zip(GRAD_NAMES, ours, refs):
-        if name == "h0" and not use_h0:
-            assert x.grad is None
-            continue
-        assert x.grad.dtype == x.dtype
-        pairs["d" + name] = (x.grad, r.grad)
-    return pairs
 
 
 # --------------------------------------------------------------------------- the oracle itself
@@ -106,28 +78,20 @@ def per_step_loop(q, k, v, beta, scale, h0):
 
 def test_naive_matches_per_step_loop_and_the_gated_oracle_at_zero_gate():
     q, k, v, beta, h0 = (x.double() for x in make_inputs(2, 9, 2, 5, 3, device="cpu"))
-    o, ht = naive_recurrent_delta_rule(
-        q, k, v, beta, scale=0.7, initial_state=h0, output_final_state=True
+    o, ht = family.assert_naive_matches_loop(
+        naive_recurrent_delta_rule, per_step_loop, (q, k, v, beta, h0)
     )
-    o_loop, ht_loop = per_step_loop(q, k, v, beta, 0.7, h0)
-    assert o.dtype == torch.float64
-    torch.testing.assert_close(o, o_loop, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(ht, ht_loop, rtol=1e-12, atol=1e-12)
     # fla's convention: DeltaNet is Gated DeltaNet with g = 0.
     o_gated, ht_gated = naive_recurrent_gated_delta_rule(
         q, k, v, torch.zeros_like(beta), beta, scale=0.7, initial_state=h0, output_final_state=True
     )
-    torch.testing.assert_close(o, o_gated, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(ht, ht_gated, rtol=1e-12, atol=1e-12)
+    family.assert_f64_close(o, o_gated)
+    family.assert_f64_close(ht, ht_gated)
 
 
 def test_naive_gradcheck():
     inputs = [x.double().requires_grad_() for x in make_inputs(1, 5, 2, 3, 2, device="cpu")]
-
-    def fn(q, k, v, beta, h0):
-        return naive_recurrent_delta_rule(q, k, v, beta, initial_state=h0, output_final_state=True)
-
-    assert torch.autograd.gradcheck(fn, inputs)
+    family.assert_naive_gradcheck(naive_recurrent_delta_rule, inputs)
 
 
 # --------------------------------------------------------------------------- fp32, small shapes
@@ -143,21 +107,16 @@ SMALL_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "case", SMALL_CASES, ids=lambda c: "B{}H{}K{}V{}T{}-h0{:d}-ht{:d}".format(*c)
-)
+@pytest.mark.parametrize("case", SMALL_CASES, ids=family.case_id)
 def test_chunk_fp32_matches_float64_oracle(case):
     batch, heads, dim_k, dim_v, seq_len, use_h0, final = case
     pairs = run_both(make_inputs(batch, seq_len, heads, dim_k, dim_v, seed=seq_len), use_h0, final)
-    errors = {name: rel_err(x, r) for name, (x, r) in pairs.items()}
-    bad = {name: e for name, e in errors.items() if not e <= FP32_TOL}
-    assert not bad, f"relative errors above {FP32_TOL}: {bad} (all: {errors})"
+    family.assert_within(pairs, FP32_TOL)
 
 
 def test_chunk_explicit_scale():
     pairs = run_both(make_inputs(1, 40, 1, 16, 16, seed=7), True, True, scale=0.3)
-    for name, (x, r) in pairs.items():
-        assert rel_err(x, r) <= FP32_TOL, name
+    family.assert_within(pairs, FP32_TOL)
 
 
 def test_chunk_is_bitwise_the_gated_kernel_at_zero_gate():
@@ -216,13 +175,8 @@ def test_bf16_tf32_dots_would_break_the_state_bounds(monkeypatch):
     ratios = emulated_tf32_ratios(
         chunk_delta_rule, naive_recurrent_delta_rule, inputs, do, dht, monkeypatch
     )
-    named = dict(zip(("o", "ht", "dq", "dk", "dv", "dbeta", "dh0"), ratios, strict=True))
-    for name, (copies, tf32) in named.items():
-        assert copies <= 1.0, (name, copies)
-        if name in ("ht", "dh0"):
-            assert tf32 > TF32_FLOOR, (name, tf32)
-        else:
-            assert tf32 <= 1.0, (name, tf32)
+    names = ("o", "ht", "dq", "dk", "dv", "dbeta", "dh0")
+    family.assert_only_fp32_outputs_break(ratios, names, fp32_outputs=("ht", "dh0"))
 
 
 # --------------------------------------------------------------------------- GPU only
@@ -231,8 +185,7 @@ BF16_TOL = 5e-3
 BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     """bf16 at B=2, T=4096, H=16, K=V=128 against the float64 oracle on the GPU from the same
     bf16-rounded values (the bound of the gated kernels' test).
@@ -242,27 +195,11 @@ def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     dots of the fp32 intermediates. The gated kernels' 3.3e-3 held on the H200 (worst 3.12e-3,
     dv) but leaves no room for that rounding."""
     pairs = run_both(make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=42), True, True)
-    errors = {name: rel_err(x, r) for name, (x, r) in pairs.items()}
-    print("delta rule bf16 relative errors:", {n: f"{e:.2e}" for n, e in errors.items()})
-    bad = {name: e for name, e in errors.items() if not e <= BF16_TOL}
-    assert not bad, f"relative errors above {BF16_TOL}: {bad} (all: {errors})"
+    family.assert_within(pairs, BF16_TOL, label="delta rule bf16 relative errors:")
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bitwise_deterministic():
     """Five runs, fresh allocations each time: outputs and every gradient bitwise identical."""
     inputs = make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=3)
-    do = torch.randn(*inputs[2].shape, device="cuda").bfloat16()
-    dht = torch.randn_like(inputs[4])
-    first = None
-    for _ in range(5):
-        xs = [x.detach().clone().requires_grad_() for x in inputs]
-        o, ht = chunk_delta_rule(*xs[:4], initial_state=xs[4], output_final_state=True)
-        ((o.float() * do).sum() + (ht * dht).sum()).backward()
-        result = [o, ht] + [x.grad for x in xs]
-        if first is None:
-            first = [t.clone() for t in result]
-            continue
-        for name, a, b in zip(["o", "ht", *GRAD_NAMES], first, result):
-            assert torch.equal(a, b), f"{name} differs between runs"
+    family.assert_bitwise_deterministic(chunk_delta_rule, inputs, ("o", "ht", *GRAD_NAMES), runs=5)

@@ -27,9 +27,9 @@ from kernelgate.kernels.gdn import (
     naive_recurrent_gated_delta_rule,
 )
 
-from ._measure import rel_err
+from . import _family as family
+from ._family import DEVICE
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GRAD_NAMES = ("q", "k", "v", "g", "beta", "h0")
 
 
@@ -53,36 +53,16 @@ def make_inputs(batch, seq_len, heads, dim_k, dim_v, dtype=torch.float32, seed=0
 def run_both(inputs, use_h0, final, scale=None, seed=1):
     """Forward and backward of ours and of the float64 oracle on the same values; returns
     {name: (ours, reference)} for o, the final state and every gradient."""
-    q, v, h0 = inputs[0], inputs[2], inputs[5]
-    gen = torch.Generator(device=q.device).manual_seed(seed)
-    ours = [x.detach().clone().requires_grad_() for x in inputs]
-    refs = [x.detach().double().requires_grad_() for x in inputs]
-    o, ht = chunk_gated_delta_rule(
-        *ours[:5], scale=scale, initial_state=ours[5] if use_h0 else None, output_final_state=final
+    return family.run_qkv_member(
+        chunk_gated_delta_rule,
+        naive_recurrent_gated_delta_rule,
+        GRAD_NAMES,
+        inputs,
+        use_h0,
+        final,
+        scale,
+        seed,
     )
-    ro, rht = naive_recurrent_gated_delta_rule(
-        *refs[:5], scale=scale, initial_state=refs[5] if use_h0 else None, output_final_state=final
-    )
-    assert o.dtype == v.dtype and o.shape == v.shape
-    do = torch.randn(o.shape, generator=gen, device=q.device).to(o.dtype)
-    loss, ref_loss = (o.float() * do).sum(), (ro * do.double()).sum()
-    pairs = {"o": (o, ro)}
-    if final:
-        assert ht.dtype == torch.float32 and ht.shape == h0.shape
-        dht = torch.randn(ht.shape, generator=gen, device=q.device)
-        loss, ref_loss = loss + (ht * dht).sum(), ref_loss + (rht * dht.double()).sum()
-        pairs["ht"] = (ht, rht)
-    else:
-        assert ht is None
-    loss.backward()
-    ref_loss.backward()
-    for name, x, r in zip(GRAD_NAMES, ours, refs):
-        if name == "h0" and not use_h0:
-            assert x.grad is None
-            continue
-        assert x.grad.dtype == x.dtype
-        pairs["d" + name] = (x.grad, r.grad)
-    return pairs
 
 
 # --------------------------------------------------------------------------- the oracle itself
@@ -107,25 +87,12 @@ def per_step_loop(q, k, v, g, beta, scale, h0):
 
 def test_naive_matches_per_step_loop():
     inputs = [x.double().cpu() for x in make_inputs(2, 9, 2, 5, 3, device="cpu")]
-    o, ht = naive_recurrent_gated_delta_rule(
-        *inputs[:5], scale=0.7, initial_state=inputs[5], output_final_state=True
-    )
-    o_loop, ht_loop = per_step_loop(*inputs[:5], 0.7, inputs[5])
-    assert o.dtype == torch.float64
-    torch.testing.assert_close(o, o_loop, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(ht, ht_loop, rtol=1e-12, atol=1e-12)
+    family.assert_naive_matches_loop(naive_recurrent_gated_delta_rule, per_step_loop, inputs)
 
 
 def test_naive_gradcheck():
     inputs = [x.double().cpu().requires_grad_() for x in make_inputs(1, 5, 2, 3, 2, device="cpu")]
-
-    def fn(q, k, v, g, beta, h0):
-        o, ht = naive_recurrent_gated_delta_rule(
-            q, k, v, g, beta, initial_state=h0, output_final_state=True
-        )
-        return o, ht
-
-    assert torch.autograd.gradcheck(fn, inputs)
+    family.assert_naive_gradcheck(naive_recurrent_gated_delta_rule, inputs)
 
 
 # --------------------------------------------------------------------------- fp32, small shapes
@@ -146,23 +113,18 @@ SMALL_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "case", SMALL_CASES, ids=lambda c: "B{}H{}K{}V{}T{}-h0{:d}-ht{:d}".format(*c)
-)
+@pytest.mark.parametrize("case", SMALL_CASES, ids=family.case_id)
 def test_chunk_fp32_matches_float64_oracle(case):
     batch, heads, dim_k, dim_v, seq_len, use_h0, final = case
     pairs = run_both(make_inputs(batch, seq_len, heads, dim_k, dim_v, seed=seq_len), use_h0, final)
-    errors = {name: rel_err(x, r) for name, (x, r) in pairs.items()}
-    bad = {name: e for name, e in errors.items() if not e <= FP32_TOL}
-    assert not bad, f"relative errors above {FP32_TOL}: {bad} (all: {errors})"
+    family.assert_within(pairs, FP32_TOL)
 
 
 def test_chunk_explicit_scale_and_zero_gate():
     """g = 0 is plain DeltaNet; an explicit scale must be honoured."""
     q, k, v, g, beta, h0 = make_inputs(1, 40, 2, 16, 16, seed=7)
     pairs = run_both((q, k, v, torch.zeros_like(g), beta, h0), True, True, scale=0.3)
-    for name, (x, r) in pairs.items():
-        assert rel_err(x, r) <= FP32_TOL, name
+    family.assert_within(pairs, FP32_TOL)
 
 
 def test_chunk_rejects_bad_shapes():
@@ -180,21 +142,14 @@ def test_chunk_strong_decays_as_accurate_as_fp32_recurrence():
     step-by-step recurrence; with fp64 cumulative gates the two agree."""
     gen = torch.Generator(device=DEVICE).manual_seed(11)
     batch, seq_len, heads, dim = 2, 130, 2, 32
-
-    def uniform(lo, hi, *shape):
-        return lo + (hi - lo) * torch.rand(*shape, generator=gen, device=DEVICE)
-
     q = 1e4 * torch.randn(batch, seq_len, heads, dim, generator=gen, device=DEVICE)
-    k = uniform(-1 / 16, 1 / 16, batch, seq_len, heads, dim)
+    k = family.uniform(gen, -1 / 16, 1 / 16, batch, seq_len, heads, dim)
     v = 1e4 * torch.randn(batch, seq_len, heads, dim, generator=gen, device=DEVICE)
-    g = uniform(-20.0, 0.0, batch, seq_len, heads)
-    beta = uniform(0.0, 1.0, batch, seq_len, heads)
-    ours, _ = chunk_gated_delta_rule(q, k, v, g, beta)
-    ref, _ = naive_recurrent_gated_delta_rule(*(x.double() for x in (q, k, v, g, beta)))
-    honest, _ = naive_recurrent_gated_delta_rule(q, k, v, g, beta, compute_dtype=torch.float32)
-    ours_err = (ours.double() - ref).abs().max().item()
-    honest_err = (honest.double() - ref).abs().max().item()
-    assert ours_err <= 4 * honest_err, (ours_err, honest_err)
+    g = family.uniform(gen, -20.0, 0.0, batch, seq_len, heads)
+    beta = family.uniform(gen, 0.0, 1.0, batch, seq_len, heads)
+    family.assert_as_accurate_as_fp32_recurrence(
+        chunk_gated_delta_rule, naive_recurrent_gated_delta_rule, (q, k, v, g, beta)
+    )
 
 
 def test_chunk_bf16_runs_the_fp32_kernels_and_rounds_once():
@@ -370,33 +325,17 @@ BF16_TOL = 3.3e-3
 BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     """bf16 at B=2, T=4096, H=16, K=V=128; the oracle runs in float64 on the GPU from the
     same bf16-rounded values."""
     pairs = run_both(make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=42), True, True)
-    errors = {name: rel_err(x, r) for name, (x, r) in pairs.items()}
-    print("bf16 relative errors:", {n: f"{e:.2e}" for n, e in errors.items()})
-    bad = {name: e for name, e in errors.items() if not e <= BF16_TOL}
-    assert not bad, f"relative errors above {BF16_TOL}: {bad} (all: {errors})"
+    family.assert_within(pairs, BF16_TOL, label="bf16 relative errors:")
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bitwise_deterministic():
     """Ten runs, fresh allocations each time: outputs and every gradient bitwise identical."""
     inputs = make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=3)
-    do = torch.randn(*inputs[2].shape, device="cuda").bfloat16()
-    dht = torch.randn_like(inputs[5])
-    first = None
-    for _ in range(10):
-        xs = [x.detach().clone().requires_grad_() for x in inputs]
-        o, ht = chunk_gated_delta_rule(*xs[:5], initial_state=xs[5], output_final_state=True)
-        ((o.float() * do).sum() + (ht * dht).sum()).backward()
-        result = [o, ht] + [x.grad for x in xs]
-        if first is None:
-            first = [t.clone() for t in result]
-            continue
-        for name, a, b in zip(["o", "ht", *GRAD_NAMES], first, result):
-            assert torch.equal(a, b), f"{name} differs between runs"
+    names = ("o", "ht", *GRAD_NAMES)
+    family.assert_bitwise_deterministic(chunk_gated_delta_rule, inputs, names, runs=10)

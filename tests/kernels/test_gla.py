@@ -19,16 +19,14 @@ if not torch.cuda.is_available():
 
 from kernelgate.kernels.gla import chunk_gla, naive_recurrent_gla
 
+from . import _family as family
+from ._family import DEVICE
 from ._measure import (
-    TF32_FLOOR,
     assert_16bit_is_the_fp32_path_rounded_once,
     cotangents,
     emulated_tf32_ratios,
-    rel_err,
-    rounding_bound,
 )
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GRAD_NAMES = ("q", "k", "v", "g", "h0")
 
 
@@ -51,36 +49,9 @@ def make_inputs(batch, seq_len, heads, dim_k, dim_v, dtype=torch.float32, seed=0
 def run_both(inputs, use_h0, final, scale=None, seed=1):
     """Forward and backward of ours and of the float64 oracle on the same values; returns
     {name: (ours, reference)} for o, the final state and every gradient."""
-    q, v, h0 = inputs[0], inputs[2], inputs[4]
-    gen = torch.Generator(device=q.device).manual_seed(seed)
-    ours = [x.detach().clone().requires_grad_() for x in inputs]
-    refs = [x.detach().double().requires_grad_() for x in inputs]
-    o, ht = chunk_gla(
-        *ours[:4], scale=scale, initial_state=ours[4] if use_h0 else None, output_final_state=final
+    return family.run_qkv_member(
+        chunk_gla, naive_recurrent_gla, GRAD_NAMES, inputs, use_h0, final, scale, seed
     )
-    ro, rht = naive_recurrent_gla(
-        *refs[:4], scale=scale, initial_state=refs[4] if use_h0 else None, output_final_state=final
-    )
-    assert o.dtype == v.dtype and o.shape == v.shape
-    do = torch.randn(o.shape, generator=gen, device=q.device).to(o.dtype)
-    loss, ref_loss = (o.float() * do).sum(), (ro * do.double()).sum()
-    pairs = {"o": (o, ro)}
-    if final:
-        assert ht.dtype == torch.float32 and ht.shape == h0.shape
-        dht = torch.randn(ht.shape, generator=gen, device=q.device)
-        loss, ref_loss = loss + (ht * dht).sum(), ref_loss + (rht * dht.double()).sum()
-        pairs["ht"] = (ht, rht)
-    else:
-        assert ht is None
-    loss.backward()
-    ref_loss.backward()
-    for name, x, r in zip(GRAD_NAMES, ours, refs):
-        if name == "h0" and not use_h0:
-            assert x.grad is None
-            continue
-        assert x.grad.dtype == x.dtype
-        pairs["d" + name] = (x.grad, r.grad)
-    return pairs
 
 
 # --------------------------------------------------------------------------- the oracle itself
@@ -104,22 +75,12 @@ def per_step_loop(q, k, v, g, scale, h0):
 
 def test_naive_matches_per_step_loop():
     inputs = [x.double().cpu() for x in make_inputs(2, 9, 2, 5, 3, device="cpu")]
-    o, ht = naive_recurrent_gla(
-        *inputs[:4], scale=0.7, initial_state=inputs[4], output_final_state=True
-    )
-    o_loop, ht_loop = per_step_loop(*inputs[:4], 0.7, inputs[4])
-    assert o.dtype == torch.float64
-    torch.testing.assert_close(o, o_loop, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(ht, ht_loop, rtol=1e-12, atol=1e-12)
+    family.assert_naive_matches_loop(naive_recurrent_gla, per_step_loop, inputs)
 
 
 def test_naive_gradcheck():
     inputs = [x.double().cpu().requires_grad_() for x in make_inputs(1, 5, 2, 3, 2, device="cpu")]
-
-    def fn(q, k, v, g, h0):
-        return naive_recurrent_gla(q, k, v, g, initial_state=h0, output_final_state=True)
-
-    assert torch.autograd.gradcheck(fn, inputs)
+    family.assert_naive_gradcheck(naive_recurrent_gla, inputs)
 
 
 # --------------------------------------------------------------------------- fp32, small shapes
@@ -135,24 +96,11 @@ SMALL_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "case", SMALL_CASES, ids=lambda c: "B{}H{}K{}V{}T{}-h0{:d}-ht{:d}".format(*c)
-)
+@pytest.mark.parametrize("case", SMALL_CASES, ids=family.case_id)
 def test_chunk_fp32_matches_float64_oracle(case):
     batch, heads, dim_k, dim_v, seq_len, use_h0, final = case
     pairs = run_both(make_inputs(batch, seq_len, heads, dim_k, dim_v, seed=seq_len), use_h0, final)
-    errors = {name: rel_err(x, r) for name, (x, r) in pairs.items()}
-    bad = {name: e for name, e in errors.items() if not e <= FP32_TOL}
-    assert not bad, f"relative errors above {FP32_TOL}: {bad} (all: {errors})"
-
-
-# Half an ulp of the output dtype plus the fp32 tolerance: 16-bit inputs run the fp32 kernels
-# on fp32 copies (kernels/_precision.py) and torch rounds o and the gradients to nearest once.
-# (Before, the kernels stored 16-bit results themselves, which the interpreter truncates: up
-# to 2^-7 relative, and TF32 dots added 2^-10; the tolerance was one ulp plus 2^-10.)
-HALF_TOL = {
-    dtype: torch.finfo(dtype).eps / 2 + FP32_TOL for dtype in (torch.bfloat16, torch.float16)
-}
+    family.assert_within(pairs, FP32_TOL)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -165,17 +113,14 @@ def test_chunk_16bit_inputs(dtype):
     pairs = run_both(inputs, True, True)
     assert pairs["ht"][0].dtype == torch.float32 and pairs["dh0"][0].dtype == torch.float32
     assert pairs["o"][0].dtype == dtype and pairs["dg"][0].dtype == dtype
-    errors = {name: rel_err(x, r) for name, (x, r) in pairs.items()}
-    bad = {name: e for name, e in errors.items() if not e <= HALF_TOL[dtype]}
-    assert not bad, f"relative errors above {HALF_TOL[dtype]}: {bad} (all: {errors})"
+    family.assert_within(pairs, family.half_ulp_tolerance(dtype, FP32_TOL))
 
 
 def test_chunk_explicit_scale_and_zero_gate():
     """g = 0 is plain linear attention; an explicit scale must be honoured."""
     q, k, v, g, h0 = make_inputs(1, 20, 1, 16, 16, seed=7)
     pairs = run_both((q, k, v, torch.zeros_like(g), h0), True, True, scale=0.3)
-    for name, (x, r) in pairs.items():
-        assert rel_err(x, r) <= FP32_TOL, name
+    family.assert_within(pairs, FP32_TOL)
 
 
 def test_chunk_rejects_bad_shapes():
@@ -195,27 +140,13 @@ def test_chunk_strong_decays_stay_finite_and_as_accurate_as_fp32_recurrence():
     the error of the fp32 step-by-step recurrence, gradients included."""
     gen = torch.Generator(device=DEVICE).manual_seed(11)
     batch, seq_len, heads, dim = 1, 40, 2, 16
-
-    def uniform(lo, hi, *shape):
-        return lo + (hi - lo) * torch.rand(*shape, generator=gen, device=DEVICE)
-
     q = 1e4 * torch.randn(batch, seq_len, heads, dim, generator=gen, device=DEVICE)
-    k = uniform(-1.0, 1.0, batch, seq_len, heads, dim)
+    k = family.uniform(gen, -1.0, 1.0, batch, seq_len, heads, dim)
     v = 1e4 * torch.randn(batch, seq_len, heads, dim, generator=gen, device=DEVICE)
-    g = uniform(-20.0, 0.0, batch, seq_len, heads, dim)
-    xs = [x.clone().requires_grad_() for x in (q, k, v, g)]
-    ours, _ = chunk_gla(*xs)
-    ours.sum().backward()
-    refs = [x.double().requires_grad_() for x in (q, k, v, g)]
-    ref, _ = naive_recurrent_gla(*refs)
-    ref.sum().backward()
-    honest, _ = naive_recurrent_gla(q, k, v, g, compute_dtype=torch.float32)
-    assert torch.isfinite(ours).all() and all(torch.isfinite(x.grad).all() for x in xs)
-    ours_err = (ours.double() - ref).abs().max().item()
-    honest_err = (honest.double() - ref).abs().max().item()
-    assert ours_err <= 4 * honest_err, (ours_err, honest_err)
-    for name, x, r in zip("qkvg", xs, refs):
-        assert rel_err(x.grad, r.grad) <= FP32_TOL, name
+    g = family.uniform(gen, -20.0, 0.0, batch, seq_len, heads, dim)
+    family.assert_as_accurate_as_fp32_recurrence(
+        chunk_gla, naive_recurrent_gla, (q, k, v, g), grad_names=GRAD_NAMES, grad_tol=FP32_TOL
+    )
 
 
 # --------------------------------------------------------------------------- 16-bit inputs
@@ -241,14 +172,8 @@ def test_bf16_tf32_dots_would_break_the_fp32_output_bounds(monkeypatch):
     inputs = make_inputs(1, 70, 2, 32, 32, dtype=torch.bfloat16, seed=0)
     do, dht = cotangents((1, 70, 2, 32), (1, 2, 32, 32), torch.bfloat16, seed=1, device=DEVICE)
     ratios = emulated_tf32_ratios(chunk_gla, naive_recurrent_gla, inputs, do, dht, monkeypatch)
-    named = dict(zip(("o", "ht", "dq", "dk", "dv", "dg", "dh0"), ratios, strict=True))
-    fp32_outputs = ("ht", "dg", "dh0")
-    for name, (copies, tf32) in named.items():
-        assert copies <= 1.0, (name, copies)
-        if name in fp32_outputs:
-            assert tf32 > TF32_FLOOR, (name, tf32)
-        else:
-            assert tf32 <= 1.0, (name, tf32)
+    names = ("o", "ht", "dq", "dk", "dv", "dg", "dh0")
+    family.assert_only_fp32_outputs_break(ratios, names, fp32_outputs=("ht", "dg", "dh0"))
 
 
 # --------------------------------------------------------------------------- GPU only
@@ -257,35 +182,17 @@ def test_bf16_tf32_dots_would_break_the_fp32_output_bounds(monkeypatch):
 BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, dim_k=128, dim_v=128)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     """bf16 at B=2, T=4096, H=16, K=V=128; the oracle runs in float64 on the GPU from the
     same bf16-rounded values. Bound per output: half an ulp of its largest element in its
     dtype plus the TF32 allowance (rounding_bound)."""
     pairs = run_both(make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=42), True, True)
-    errors = {name: rel_err(x, r) for name, (x, r) in pairs.items()}
-    bounds = {name: rounding_bound(x, r) for name, (x, r) in pairs.items()}
-    print("GLA bf16 relative errors:", {n: f"{e:.2e}" for n, e in errors.items()})
-    bad = {name: (e, bounds[name]) for name, e in errors.items() if not e <= bounds[name]}
-    assert not bad, f"(relative error, bound) over the bound: {bad} (all: {errors})"
+    family.assert_within_rounding(pairs, "GLA bf16 relative errors:")
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bitwise_deterministic():
     """Ten runs, fresh allocations each time: outputs and every gradient bitwise identical."""
     inputs = make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=3)
-    do = torch.randn(*inputs[2].shape, device="cuda").bfloat16()
-    dht = torch.randn_like(inputs[4])
-    first = None
-    for _ in range(10):
-        xs = [x.detach().clone().requires_grad_() for x in inputs]
-        o, ht = chunk_gla(*xs[:4], initial_state=xs[4], output_final_state=True)
-        ((o.float() * do).sum() + (ht * dht).sum()).backward()
-        result = [o, ht] + [x.grad for x in xs]
-        if first is None:
-            first = [t.clone() for t in result]
-            continue
-        for name, a, b in zip(["o", "ht", *GRAD_NAMES], first, result):
-            assert torch.equal(a, b), f"{name} differs between runs"
+    family.assert_bitwise_deterministic(chunk_gla, inputs, ("o", "ht", *GRAD_NAMES), runs=10)

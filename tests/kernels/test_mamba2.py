@@ -18,15 +18,15 @@ if not torch.cuda.is_available():
 
 from kernelgate.kernels.mamba2 import chunk_ssd, naive_recurrent_ssd
 
+from . import _family as family
+from ._family import DEVICE
 from ._measure import (
-    TF32_FLOOR,
     assert_16bit_is_the_fp32_path_rounded_once,
     cotangents,
     emulated_tf32_ratios,
     rel_err,
 )
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INPUT_NAMES = ("x", "dt", "A", "B", "C", "D", "h0")
 FP32_TOL = 1e-5
 
@@ -54,10 +54,6 @@ def make_inputs(
 def run_both(inputs, use_d, use_h0, final, seed=1):
     """Forward and backward of ours and of the float64 oracle on the same values; returns
     {name: (ours, reference)} for y, the final state and every gradient."""
-    x, h0 = inputs[0], inputs[6]
-    gen = torch.Generator(device=x.device).manual_seed(seed)
-    ours = [t.detach().clone().requires_grad_() for t in inputs]
-    refs = [t.detach().double().requires_grad_() for t in inputs]
 
     def call(fn, args):
         return fn(
@@ -67,28 +63,19 @@ def run_both(inputs, use_d, use_h0, final, seed=1):
             output_final_state=final,
         )
 
-    y, ht = call(chunk_ssd, ours)
-    ry, rht = call(naive_recurrent_ssd, refs)
-    assert y.dtype == x.dtype and y.shape == x.shape
-    dy = torch.randn(y.shape, generator=gen, device=x.device).to(y.dtype)
-    loss, ref_loss = (y.float() * dy).sum(), (ry * dy.double()).sum()
-    pairs = {"y": (y, ry)}
-    if final:
-        assert ht.dtype == torch.float32 and ht.shape == h0.shape
-        dht = torch.randn(ht.shape, generator=gen, device=x.device)
-        loss, ref_loss = loss + (ht * dht).sum(), ref_loss + (rht * dht.double()).sum()
-        pairs["ht"] = (ht, rht)
-    else:
-        assert ht is None
-    loss.backward()
-    ref_loss.backward()
-    for name, t, r in zip(INPUT_NAMES, ours, refs):
-        if (name == "D" and not use_d) or (name == "h0" and not use_h0):
-            assert t.grad is None
-            continue
-        assert t.grad.dtype == t.dtype and t.grad.shape == t.shape
-        pairs["d" + name] = (t.grad, r.grad)
-    return pairs
+    unused = [name for name, used in (("D", use_d), ("h0", use_h0)) if not used]
+    return family.run_both(
+        chunk_ssd,
+        naive_recurrent_ssd,
+        inputs,
+        INPUT_NAMES,
+        call,
+        final=final,
+        unused=unused,
+        out_like=0,
+        out_name="y",
+        seed=seed,
+    )
 
 
 # --------------------------------------------------------------------------- the oracle itself
@@ -120,17 +107,13 @@ def test_naive_matches_per_step_loop():
     )
     y_loop, ht_loop = per_step_loop(*inputs)
     assert y.dtype == torch.float64
-    torch.testing.assert_close(y, y_loop, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(ht, ht_loop, rtol=1e-12, atol=1e-12)
+    family.assert_f64_close(y, y_loop)
+    family.assert_f64_close(ht, ht_loop)
 
 
 def test_naive_gradcheck():
     inputs = [t.double().requires_grad_() for t in make_inputs(1, 5, 2, 1, 3, 2, device="cpu")]
-
-    def fn(x, dt, A, B, C, D, h0):
-        return naive_recurrent_ssd(x, dt, A, B, C, D, initial_state=h0, output_final_state=True)
-
-    assert torch.autograd.gradcheck(fn, inputs)
+    family.assert_naive_gradcheck(naive_recurrent_ssd, inputs)
 
 
 # --------------------------------------------------------------------------- fp32, small shapes
@@ -153,9 +136,7 @@ def test_chunk_fp32_matches_float64_oracle(case):
     batch, heads, groups, dim_n, dim_p, seq_len, use_d, use_h0, final = case
     inputs = make_inputs(batch, seq_len, heads, groups, dim_n, dim_p, seed=seq_len)
     pairs = run_both(inputs, use_d, use_h0, final)
-    errors = {name: rel_err(t, r) for name, (t, r) in pairs.items()}
-    bad = {name: e for name, e in errors.items() if not e <= FP32_TOL}
-    assert not bad, f"relative errors above {FP32_TOL}: {bad} (all: {errors})"
+    family.assert_within(pairs, FP32_TOL)
 
 
 def test_chunk_decay_gradients_have_no_cancellation_error():
@@ -177,12 +158,9 @@ def test_chunk_strong_decays_as_accurate_as_fp32_recurrence():
     x, _, _, B, C, D, _ = make_inputs(2, 130, 2, 1, 16, 16, seed=11)
     dt = 20 * torch.rand(2, 130, 2, generator=gen, device=DEVICE)
     A = -torch.rand(2, generator=gen, device=DEVICE) - 0.01
-    ours, _ = chunk_ssd(x, dt, A, B, C, D)
-    ref, _ = naive_recurrent_ssd(*(t.double() for t in (x, dt, A, B, C, D)))
-    honest, _ = naive_recurrent_ssd(x, dt, A, B, C, D, compute_dtype=torch.float32)
-    ours_err = (ours.double() - ref).abs().max().item()
-    honest_err = (honest.double() - ref).abs().max().item()
-    assert ours_err <= 4 * honest_err, (ours_err, honest_err)
+    family.assert_as_accurate_as_fp32_recurrence(
+        chunk_ssd, naive_recurrent_ssd, (x, dt, A, B, C, D)
+    )
 
 
 def test_chunk_rejects_bad_shapes():
@@ -229,14 +207,7 @@ def test_bf16_tf32_dots_would_break_the_fp32_output_bounds(monkeypatch):
     do, dht = cotangents((1, 70, 2, 32), (1, 2, 32, 32), torch.bfloat16, seed=1, device=DEVICE)
     ratios = emulated_tf32_ratios(chunk_ssd, naive_recurrent_ssd, inputs, do, dht, monkeypatch)
     names = ("y", "ht", "dx", "ddt", "dA", "dB", "dC", "dD", "dh0")
-    named = dict(zip(names, ratios, strict=True))
-    fp32_outputs = ("ht", "ddt", "dA", "dh0")
-    for name, (copies, tf32) in named.items():
-        assert copies <= 1.0, (name, copies)
-        if name in fp32_outputs:
-            assert tf32 > TF32_FLOOR, (name, tf32)
-        else:
-            assert tf32 <= 1.0, (name, tf32)
+    family.assert_only_fp32_outputs_break(ratios, names, fp32_outputs=("ht", "ddt", "dA", "dh0"))
 
 
 # --------------------------------------------------------------------------- GPU only
@@ -245,8 +216,7 @@ BF16_TOL = 5e-3
 BENCH_SHAPE = dict(batch=2, seq_len=4096, heads=16, groups=2, dim_n=128, dim_p=64)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     """bf16 x, B, C (fp32 dt, A, D) at b=2, T=4096, H=16, G=2, N=128, P=64; the oracle runs in
     float64 on the GPU from the same bf16-rounded values.
@@ -256,27 +226,12 @@ def test_chunk_bf16_benchmark_shape_against_float64_oracle():
     truncates, showed 6.4e-3 for y and 3.0e-3 when torch rounds the exact result), plus
     about 1e-3 for the TF32 dots of the fp32 intermediates."""
     pairs = run_both(make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=42), True, True, True)
-    errors = {name: rel_err(t, r) for name, (t, r) in pairs.items()}
-    print("mamba2 bf16 relative errors:", {n: f"{e:.2e}" for n, e in errors.items()})
-    bad = {name: e for name, e in errors.items() if not e <= BF16_TOL}
-    assert not bad, f"relative errors above {BF16_TOL}: {bad} (all: {errors})"
+    family.assert_within(pairs, BF16_TOL, label="mamba2 bf16 relative errors:")
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@family.gpu_only
 def test_chunk_bitwise_deterministic():
     """Five runs, fresh allocations each time: outputs and every gradient bitwise identical."""
     inputs = make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=3)
-    dy = torch.randn(*inputs[0].shape, device="cuda").bfloat16()
-    dht = torch.randn_like(inputs[6])
-    first = None
-    for _ in range(5):
-        xs = [t.detach().clone().requires_grad_() for t in inputs]
-        y, ht = chunk_ssd(*xs[:5], D=xs[5], initial_state=xs[6], output_final_state=True)
-        ((y.float() * dy).sum() + (ht * dht).sum()).backward()
-        result = [y, ht] + [t.grad for t in xs]
-        if first is None:
-            first = [t.clone() for t in result]
-            continue
-        for name, a, b in zip(["y", "ht", *INPUT_NAMES], first, result):
-            assert torch.equal(a, b), f"{name} differs between runs"
+    names = ("y", "ht", *INPUT_NAMES)
+    family.assert_bitwise_deterministic(chunk_ssd, inputs, names, runs=5, out_like=0)

@@ -22,10 +22,15 @@ from __future__ import annotations
 
 import torch
 
-from kernelgate.kernels import _precision
-from kernelgate.kernels._padding import aligned_width, zero_pad
+from kernelgate.kernels._common import (
+    aligned,
+    apply_recurrence,
+    has_initial_state,
+    initial_state_grad,
+    remember_initial_state,
+)
+from kernelgate.kernels._padding import StatePadding, zero_pad
 from kernelgate.kernels.gdn.chunk import (
-    _aligned,
     _check_inputs,
     chunk_gated_delta_rule_bwd,
     chunk_gated_delta_rule_fwd,
@@ -53,40 +58,31 @@ class ChunkDeltaRuleFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, beta, scale, initial_state, output_final_state):
-        dim_k, dim_v = q.shape[-1], v.shape[-1]
-        k_wide = aligned_width(dim_k, q.dtype, k.dtype)
-        v_wide = aligned_width(dim_v, v.dtype)
-        q, k, v = zero_pad(q, k_wide), zero_pad(k, k_wide), zero_pad(v, v_wide)
-        if initial_state is not None:
-            initial_state = zero_pad(initial_state, v_wide, k_wide)
+        pad = StatePadding.of(q.shape[-1], v.shape[-1], (q.dtype, k.dtype), (v.dtype,))
+        q, k = zero_pad(q, pad.rows_wide), zero_pad(k, pad.rows_wide)
+        v = zero_pad(v, pad.cols_wide)
+        initial_state = pad.pad_state(initial_state)
         zero_gate = torch.zeros(q.shape[:3], device=q.device, dtype=torch.float32)
         o, final_state, saved = chunk_gated_delta_rule_fwd(
             q, k, v, zero_gate, beta, scale, initial_state, output_final_state
         )
         ctx.save_for_backward(q, k, v, zero_gate, beta, *saved)
         ctx.scale = scale
-        ctx.dims = (dim_k, dim_v, k_wide, v_wide)
-        ctx.has_initial_state = initial_state is not None
-        ctx.initial_state_dtype = initial_state.dtype if initial_state is not None else None
-        if v_wide != dim_v:
-            o = o[..., :dim_v].contiguous()
-        if final_state is not None and (k_wide, v_wide) != (dim_k, dim_v):
-            final_state = final_state[:, :, :dim_k, :dim_v].contiguous()
-        return o, final_state
+        ctx.pad = pad
+        remember_initial_state(ctx, initial_state)
+        return pad.cut_forward(o, final_state)
 
     @staticmethod
     def backward(ctx, do, dht):
         q, k, v, zero_gate, beta, *saved = ctx.saved_tensors
-        dim_k, dim_v, k_wide, v_wide = ctx.dims
-        do = _aligned(zero_pad(do, v_wide))
-        if dht is not None:
-            dht = zero_pad(dht, v_wide, k_wide)
+        pad = ctx.pad
+        do, dht = pad.pad_cotangents(do, dht)
         dq, dk, dv, _, dbeta, dh0 = chunk_gated_delta_rule_bwd(
-            q, k, v, zero_gate, beta, ctx.scale, ctx.has_initial_state, saved, do, dht
+            q, k, v, zero_gate, beta, ctx.scale, has_initial_state(ctx), saved, aligned(do), dht
         )
-        if dh0 is not None:
-            dh0 = dh0[:, :, :dim_k, :dim_v].to(ctx.initial_state_dtype)
-        return dq[..., :dim_k], dk[..., :dim_k], dv[..., :dim_v], dbeta, None, dh0, None
+        dh0 = initial_state_grad(ctx, pad.cut_state(dh0))
+        dq, dk, dv = dq[..., : pad.rows], dk[..., : pad.rows], dv[..., : pad.cols]
+        return dq, dk, dv, dbeta, None, dh0, None
 
 
 def chunk_delta_rule(
@@ -118,11 +114,13 @@ def chunk_delta_rule(
         initial_state; deterministic (no atomics, fixed launch configurations).
     """
     _check_delta_rule_inputs(q, k, v, beta, initial_state)
-    if scale is None:
-        scale = q.shape[-1] ** -0.5
-    out_dtype = v.dtype
-    q, k, v, beta = (_aligned(x) for x in _precision.compute_inputs(q, k, v, beta))
-    o, final_state = ChunkDeltaRuleFunction.apply(
-        q, k, v, beta, float(scale), initial_state, output_final_state
+    return apply_recurrence(
+        ChunkDeltaRuleFunction,
+        q,
+        k,
+        v,
+        beta,
+        scale=scale,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
     )
-    return o.to(out_dtype), final_state

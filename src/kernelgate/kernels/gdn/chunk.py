@@ -5,7 +5,19 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernelgate.kernels import _precision
+from kernelgate.kernels._common import (
+    apply_recurrence,
+    check_head_dim,
+    check_initial_state,
+    check_length,
+    check_qkv,
+    fp32_state,
+    recurrence_backward,
+    recurrence_forward,
+    round_up,
+    state_buffer,
+    tile_width,
+)
 from kernelgate.kernels._precision import dot_precision as _dot_precision
 from kernelgate.kernels.gdn.chunk_bwd import (
     _dscores_bwd_kernel,
@@ -57,18 +69,6 @@ REDUCE_BLOCK = 32
 # outside the bf16 backward contract's bound on the H200). See that module.
 
 
-def _block(dim: int, cap: int) -> int:
-    """Power-of-two tile width covering ``dim`` (tl.dot needs at least 16), at most ``cap``."""
-    return min(max(16, triton.next_power_of_2(dim)), cap)
-
-
-def _round_up(dim: int, block: int) -> int:
-    """``dim`` rounded up to whole tiles: the stop of a kernel's tile loop. Passed instead of
-    a tile count because Triton compiles an integer argument equal to 1 as a constant, which
-    folds a one-tile loop away, and an fp32 dot outside a loop spills on sm_90."""
-    return triton.cdiv(dim, block) * block
-
-
 def _scan_block_v(dim_k: int, dim_v: int) -> int:
     """V-tile of the two sequential scans (one program per (batch, head, V tile)).
 
@@ -80,36 +80,18 @@ def _scan_block_v(dim_k: int, dim_v: int) -> int:
     change between runs and which cannot run under the CPU interpreter).
     """
     cap = 32 if SCAN_BLOCK_V is None else SCAN_BLOCK_V
-    return _block(dim_v, min(cap, max(16, MAX_SCAN_TILE // _block(dim_k, MAX_HEAD_DIM_K))))
-
-
-def _aligned(x: torch.Tensor) -> torch.Tensor:
-    """``x`` contiguous and 16-byte aligned (a copy only where it is not). Triton specializes
-    a kernel on each pointer's 16-byte alignment: a misaligned view (a storage offset) gets
-    scalar loads and a differently compiled kernel, and that ``_wy_fwd_kernel`` spills on
-    sm_90 (the 48 bytes of local memory RES-02 saw on the H200; offline: a 40-48 byte stack
-    frame holding 36-52 bytes of spill stores). With aligned inputs every layout runs the
-    specialization the offline sm_90 compile checks."""
-    x = x.contiguous()
-    return x if x.data_ptr() % 16 == 0 else x.clone()
+    return tile_width(dim_v, min(cap, max(16, MAX_SCAN_TILE // tile_width(dim_k, MAX_HEAD_DIM_K))))
 
 
 def _check_inputs(q, k, v, g, beta, initial_state) -> None:
-    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
-        raise ValueError(
-            f"expected q, k [B,T,H,K] and v [B,T,H,V], got {q.shape}, {k.shape}, {v.shape}"
-        )
+    """Gated DeltaNet's shape checks; its messages print torch.Size, as they always have."""
+    check_qkv(q, k, v, shape_text=torch.Size)
     if g.shape != q.shape[:3] or beta.shape != q.shape[:3]:
         raise ValueError(f"expected g and beta [B,T,H], got {g.shape}, {beta.shape}")
-    if q.shape[-1] > MAX_HEAD_DIM_K:
-        raise ValueError(f"K = {q.shape[-1]} > {MAX_HEAD_DIM_K} is not supported")
-    if q.shape[1] < 1:
-        raise ValueError("T must be at least 1")
-    if initial_state is not None:
-        batch, _, heads, dim_k = q.shape
-        expected = (batch, heads, dim_k, v.shape[-1])
-        if tuple(initial_state.shape) != expected:
-            raise ValueError(f"expected initial_state {expected}, got {tuple(initial_state.shape)}")
+    check_head_dim(q, MAX_HEAD_DIM_K)
+    check_length(q)
+    batch, _, heads, dim_k = q.shape
+    check_initial_state(initial_state, (batch, heads, dim_k, v.shape[-1]))
 
 
 def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
@@ -118,10 +100,10 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = _dot_precision(q.dtype)
-    block_k = _block(dim_k, 64)
-    block_v = _block(dim_v, 64)
-    reduce_k = _block(dim_k, REDUCE_BLOCK)
-    out_block_v = _block(dim_v, 32)
+    block_k = tile_width(dim_k, 64)
+    block_v = tile_width(dim_v, 64)
+    reduce_k = tile_width(dim_k, REDUCE_BLOCK)
+    out_block_v = tile_width(dim_v, 32)
     scan_block_v = _scan_block_v(dim_k, dim_v)
     f32 = dict(device=q.device, dtype=torch.float32)
 
@@ -147,7 +129,7 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
         C=CHUNK_SIZE,
         S=SUB_BLOCK,
         BK=block_k,
-        K_END=_round_up(dim_k, block_k),
+        K_END=round_up(dim_k, block_k),
         PREC=prec,
         num_warps=NUM_WARPS["wy_fwd"],
     )
@@ -165,7 +147,7 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
             C=CHUNK_SIZE,
             RC=REDUCE_BLOCK,
             BD=block,
-            D_END=_round_up(dim, block),
+            D_END=round_up(dim, block),
             PREC=prec,
             num_warps=NUM_WARPS["wy_apply_fwd"],
         )
@@ -173,8 +155,8 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
 
     states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
     v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
-    final_state = torch.empty(batch, heads, dim_k, dim_v, **f32) if output_final_state else None
-    h0 = _aligned(initial_state.float()) if initial_state is not None else None
+    final_state = state_buffer(output_final_state, (batch, heads, dim_k, dim_v), q.device)
+    h0 = fp32_state(initial_state)
     scan_tiles = triton.cdiv(dim_v, scan_block_v)
     decayed_deltas = torch.empty(batch * heads * scan_tiles, CHUNK_SIZE, scan_block_v, **f32)
     _state_fwd_kernel[(scan_tiles, batch * heads)](
@@ -189,7 +171,7 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
         decayed_deltas,
         seq_len,
         num_chunks,
-        _round_up(dim_k, reduce_k),
+        round_up(dim_k, reduce_k),
         H=heads,
         K=dim_k,
         V=dim_v,
@@ -219,8 +201,8 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
         seq_len,
         num_chunks,
         scale,
-        _round_up(dim_k, reduce_k),
-        _round_up(dim_v, out_block_v),
+        round_up(dim_k, reduce_k),
+        round_up(dim_v, out_block_v),
         H=heads,
         K=dim_k,
         V=dim_v,
@@ -241,14 +223,14 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = _dot_precision(q.dtype)
-    reduce_k = _block(dim_k, REDUCE_BLOCK)
+    reduce_k = tile_width(dim_k, REDUCE_BLOCK)
     scan_block_v = _scan_block_v(dim_k, dim_v)
     f32 = dict(device=q.device, dtype=torch.float32)
 
     d_states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
     d_v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
-    dh0 = torch.empty(batch, heads, dim_k, dim_v, **f32) if has_initial_state else None
-    dht = _aligned(dht.float()) if dht is not None else None
+    dh0 = state_buffer(has_initial_state, (batch, heads, dim_k, dim_v), q.device)
+    dht = fp32_state(dht)
     scan_tiles = triton.cdiv(dim_v, scan_block_v)
     scaled_do = torch.empty(batch * heads * scan_tiles, 2 * CHUNK_SIZE, scan_block_v, **f32)
     _state_bwd_kernel[(scan_tiles, batch * heads)](
@@ -265,7 +247,7 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
         scaled_do,
         seq_len,
         num_chunks,
-        _round_up(dim_k, reduce_k),
+        round_up(dim_k, reduce_k),
         scale,
         H=heads,
         K=dim_k,
@@ -282,9 +264,9 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
     del scaled_do
 
     rk = reduce_k
-    rv = _block(dim_v, REDUCE_BLOCK)
-    k_end = _round_up(dim_k, rk)
-    v_end = _round_up(dim_v, rv)
+    rv = tile_width(dim_v, REDUCE_BLOCK)
+    k_end = round_up(dim_k, rk)
+    v_end = round_up(dim_v, rv)
     d_scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
     dg_cum_scores = torch.empty(batch, seq_len, heads, **f32)
     _dscores_bwd_kernel[(num_chunks, batch * heads)](
@@ -444,23 +426,13 @@ class ChunkGatedDeltaRuleFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, scale, initial_state, output_final_state):
-        o, final_state, saved = chunk_gated_delta_rule_fwd(
-            q, k, v, g, beta, scale, initial_state, output_final_state
-        )
-        ctx.save_for_backward(q, k, v, g, beta, *saved)
-        ctx.scale = scale
-        ctx.has_initial_state = initial_state is not None
-        ctx.initial_state_dtype = initial_state.dtype if initial_state is not None else None
-        return o, final_state
+        inputs = (q, k, v, g, beta)
+        fwd = chunk_gated_delta_rule_fwd
+        return recurrence_forward(ctx, fwd, inputs, scale, initial_state, output_final_state)
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, beta, *saved = ctx.saved_tensors
-        dq, dk, dv, dg, dbeta, dh0 = chunk_gated_delta_rule_bwd(
-            q, k, v, g, beta, ctx.scale, ctx.has_initial_state, saved, _aligned(do), dht
-        )
-        if dh0 is not None:
-            dh0 = dh0.to(ctx.initial_state_dtype)
+        dq, dk, dv, dg, dbeta, dh0 = recurrence_backward(ctx, chunk_gated_delta_rule_bwd, do, dht)
         return dq, dk, dv, dg, dbeta, None, dh0, None
 
 
@@ -490,11 +462,14 @@ def chunk_gated_delta_rule(
         initial_state; deterministic (no atomics, fixed launch configurations).
     """
     _check_inputs(q, k, v, g, beta, initial_state)
-    if scale is None:
-        scale = q.shape[-1] ** -0.5
-    out_dtype = v.dtype
-    q, k, v, g, beta = (_aligned(x) for x in _precision.compute_inputs(q, k, v, g, beta))
-    o, final_state = ChunkGatedDeltaRuleFunction.apply(
-        q, k, v, g, beta, float(scale), initial_state, output_final_state
+    return apply_recurrence(
+        ChunkGatedDeltaRuleFunction,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale=scale,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
     )
-    return o.to(out_dtype), final_state

@@ -5,9 +5,19 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernelgate.kernels import _precision
+from kernelgate.kernels._common import (
+    apply_recurrence,
+    check_head_dim,
+    check_initial_state,
+    check_length,
+    check_qkv,
+    fp32_state,
+    recurrence_backward,
+    recurrence_forward,
+    state_buffer,
+    tile_width,
+)
 from kernelgate.kernels._precision import dot_precision as _dot_precision
-from kernelgate.kernels.gdn.chunk import _aligned, _block
 from kernelgate.kernels.gla.chunk_bwd import _dqk_bwd_kernel, _dv_bwd_kernel, _state_bwd_kernel
 from kernelgate.kernels.gla.chunk_fwd import _output_fwd_kernel, _state_fwd_kernel
 
@@ -23,43 +33,34 @@ NUM_WARPS = 4  # fixed launch configuration (no autotuning: its pick can differ 
 
 def check_recurrence_inputs(name, q, k, v, gates, initial_state) -> None:
     """Shape checks shared by the per-key-channel gated members (GLA, KDA): q, k [B,T,H,K],
-    v [B,T,H,V], each named gate of the shape given beside it, initial_state [B,H,K,V]."""
-    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
-        raise ValueError(
-            f"{name}: expected q, k [B,T,H,K] and v [B,T,H,V], got "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
+    v [B,T,H,V], each named gate of the shape given beside it, initial_state [B,H,K,V]. The
+    messages start with the function's ``name``."""
+    prefix = f"{name}: "
+    check_qkv(q, k, v, prefix)
     for gate_name, (gate, expected) in gates.items():
         if tuple(gate.shape) != tuple(expected):
             raise ValueError(
                 f"{name}: expected {gate_name} {tuple(expected)}, got {tuple(gate.shape)}"
             )
-    if q.shape[-1] > MAX_HEAD_DIM_K:
-        raise ValueError(f"{name}: K = {q.shape[-1]} > {MAX_HEAD_DIM_K} is not supported")
-    if q.shape[1] < 1:
-        raise ValueError(f"{name}: T must be at least 1")
-    if initial_state is not None:
-        batch, _, heads, dim_k = q.shape
-        expected = (batch, heads, dim_k, v.shape[-1])
-        if tuple(initial_state.shape) != expected:
-            raise ValueError(
-                f"{name}: expected initial_state {expected}, got {tuple(initial_state.shape)}"
-            )
+    check_head_dim(q, MAX_HEAD_DIM_K, prefix)
+    check_length(q, prefix)
+    batch, _, heads, dim_k = q.shape
+    check_initial_state(initial_state, (batch, heads, dim_k, v.shape[-1]), prefix)
 
 
 def chunk_gla_fwd(q, k, v, g, scale, initial_state, output_final_state):
-    """Launch the state scan and the output kernel; returns o, the final state and the chunk
-    states the backward reads."""
+    """Launch the state scan and the output kernel; returns o, the final state and what the
+    backward reads (the chunk states, as a one-tuple like the other members' intermediates)."""
     batch, seq_len, heads, dim_k = q.shape
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = _dot_precision(q.dtype)
-    scan_k, scan_v = _block(dim_k, SCAN_BLOCK), _block(dim_v, SCAN_BLOCK)
+    scan_k, scan_v = tile_width(dim_k, SCAN_BLOCK), tile_width(dim_v, SCAN_BLOCK)
     f32 = dict(device=q.device, dtype=torch.float32)
 
     states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
-    final_state = torch.empty(batch, heads, dim_k, dim_v, **f32) if output_final_state else None
-    h0 = _aligned(initial_state.float()) if initial_state is not None else None
+    final_state = state_buffer(output_final_state, (batch, heads, dim_k, dim_v), q.device)
+    h0 = fp32_state(initial_state)
     grid = (triton.cdiv(dim_k, scan_k), triton.cdiv(dim_v, scan_v), batch * heads)
     _state_fwd_kernel[grid](
         k,
@@ -102,21 +103,21 @@ def chunk_gla_fwd(q, k, v, g, scale, initial_state, output_final_state):
         PREC=prec,
         num_warps=NUM_WARPS,
     )
-    return o, final_state, states
+    return o, final_state, (states,)
 
 
-def chunk_gla_bwd(q, k, v, g, scale, has_initial_state, states, do, dht):
+def chunk_gla_bwd(q, k, v, g, scale, has_initial_state, saved, do, dht):
     """Launch the reverse scan, the dv and the dq/dk/dg kernels; returns dq, dk, dv, dg, dh0."""
+    (states,) = saved
     batch, seq_len, heads, dim_k = q.shape
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = _dot_precision(q.dtype)
-    scan_k, scan_v = _block(dim_k, SCAN_BLOCK), _block(dim_v, SCAN_BLOCK)
-    f32 = dict(device=q.device, dtype=torch.float32)
+    scan_k, scan_v = tile_width(dim_k, SCAN_BLOCK), tile_width(dim_v, SCAN_BLOCK)
 
     d_states = torch.empty_like(states)
-    dh0 = torch.empty(batch, heads, dim_k, dim_v, **f32) if has_initial_state else None
-    dht = _aligned(dht.float()) if dht is not None else None
+    dh0 = state_buffer(has_initial_state, (batch, heads, dim_k, dim_v), q.device)
+    dht = fp32_state(dht)
     grid = (triton.cdiv(dim_k, scan_k), triton.cdiv(dim_v, scan_v), batch * heads)
     _state_bwd_kernel[grid](
         q,
@@ -194,21 +195,14 @@ class ChunkGLAFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
-        o, final_state, states = chunk_gla_fwd(q, k, v, g, scale, initial_state, output_final_state)
-        ctx.save_for_backward(q, k, v, g, states)
-        ctx.scale = scale
-        ctx.initial_state_dtype = initial_state.dtype if initial_state is not None else None
-        return o, final_state
+        inputs = (q, k, v, g)
+        return recurrence_forward(
+            ctx, chunk_gla_fwd, inputs, scale, initial_state, output_final_state
+        )
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, states = ctx.saved_tensors
-        has_h0 = ctx.initial_state_dtype is not None
-        dq, dk, dv, dg, dh0 = chunk_gla_bwd(
-            q, k, v, g, ctx.scale, has_h0, states, _aligned(do), dht
-        )
-        if dh0 is not None:
-            dh0 = dh0.to(ctx.initial_state_dtype)
+        dq, dk, dv, dg, dh0 = recurrence_backward(ctx, chunk_gla_bwd, do, dht)
         return dq, dk, dv, dg, None, dh0, None
 
 
@@ -242,11 +236,13 @@ def chunk_gla(
         deterministic (no atomics, fixed launch configurations).
     """
     check_recurrence_inputs("chunk_gla", q, k, v, {"g": (g, q.shape)}, initial_state)
-    if scale is None:
-        scale = q.shape[-1] ** -0.5
-    out_dtype = v.dtype
-    q, k, v, g = (_aligned(x) for x in _precision.compute_inputs(q, k, v, g))
-    o, final_state = ChunkGLAFunction.apply(
-        q, k, v, g, float(scale), initial_state, output_final_state
+    return apply_recurrence(
+        ChunkGLAFunction,
+        q,
+        k,
+        v,
+        g,
+        scale=scale,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
     )
-    return o.to(out_dtype), final_state

@@ -5,9 +5,16 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernelgate.kernels import _precision
+from kernelgate.kernels._common import (
+    apply_recurrence,
+    fp32_state,
+    recurrence_backward,
+    recurrence_forward,
+    round_up,
+    state_buffer,
+    tile_width,
+)
 from kernelgate.kernels._precision import dot_precision as _dot_precision
-from kernelgate.kernels.gdn.chunk import _aligned, _block
 from kernelgate.kernels.gla.chunk import (
     CHUNK_SIZE,
     PAIR_BLOCK_K,
@@ -28,13 +35,9 @@ NUM_WARPS = {
     "wy_bwd": 8,
 }
 # Row tile of the scans' state reads and writes (the state lives in the chunk-state buffer).
+# Its loop stop is passed as round_up(K, SCAN_ROWS), a runtime value that is never 1 (see
+# _common.round_up).
 SCAN_ROWS = 16
-
-
-def _round_up(dim: int, block: int) -> int:
-    """``dim`` rounded up to whole tiles: the scans' tile-loop stop, a runtime value that is
-    never 1 (Triton compiles an integer argument equal to 1 as a constant; see gdn/chunk.py)."""
-    return triton.cdiv(dim, block) * block
 
 
 def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
@@ -44,9 +47,9 @@ def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = _dot_precision(q.dtype)
-    block_v = _block(dim_v, SCAN_BLOCK)
+    block_v = tile_width(dim_v, SCAN_BLOCK)
     scan_v = block_v
-    scan_rows = _block(dim_k, SCAN_ROWS)
+    scan_rows = tile_width(dim_k, SCAN_ROWS)
     f32 = dict(device=q.device, dtype=torch.float32)
 
     tinv = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
@@ -74,8 +77,8 @@ def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
     )
     states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
     v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
-    final_state = torch.empty(batch, heads, dim_k, dim_v, **f32) if output_final_state else None
-    h0 = _aligned(initial_state.float()) if initial_state is not None else None
+    final_state = state_buffer(output_final_state, (batch, heads, dim_k, dim_v), q.device)
+    h0 = fp32_state(initial_state)
     _state_fwd_kernel[(triton.cdiv(dim_v, scan_v), batch * heads)](
         k,
         g,
@@ -87,7 +90,7 @@ def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
         final_state if final_state is not None else states,
         seq_len,
         num_chunks,
-        _round_up(dim_k, scan_rows),
+        round_up(dim_k, scan_rows),
         H=heads,
         K=dim_k,
         V=dim_v,
@@ -134,15 +137,15 @@ def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = _dot_precision(q.dtype)
-    block_v = _block(dim_v, SCAN_BLOCK)
+    block_v = tile_width(dim_v, SCAN_BLOCK)
     scan_v = block_v
-    scan_rows = _block(dim_k, SCAN_ROWS)
+    scan_rows = tile_width(dim_k, SCAN_ROWS)
     f32 = dict(device=q.device, dtype=torch.float32)
 
     d_states = torch.empty_like(states)
     d_v_new = torch.empty_like(v_new)
-    dh0 = torch.empty(batch, heads, dim_k, dim_v, **f32) if has_initial_state else None
-    dht = _aligned(dht.float()) if dht is not None else None
+    dh0 = state_buffer(has_initial_state, (batch, heads, dim_k, dim_v), q.device)
+    dht = fp32_state(dht)
     _state_bwd_kernel[(triton.cdiv(dim_v, scan_v), batch * heads)](
         q,
         k,
@@ -156,7 +159,7 @@ def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
         dh0 if dh0 is not None else d_states,
         seq_len,
         num_chunks,
-        _round_up(dim_k, scan_rows),
+        round_up(dim_k, scan_rows),
         scale,
         H=heads,
         K=dim_k,
@@ -235,23 +238,14 @@ class ChunkKDAFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, scale, initial_state, output_final_state):
-        o, final_state, saved = chunk_kda_fwd(
-            q, k, v, g, beta, scale, initial_state, output_final_state
+        inputs = (q, k, v, g, beta)
+        return recurrence_forward(
+            ctx, chunk_kda_fwd, inputs, scale, initial_state, output_final_state
         )
-        ctx.save_for_backward(q, k, v, g, beta, *saved)
-        ctx.scale = scale
-        ctx.initial_state_dtype = initial_state.dtype if initial_state is not None else None
-        return o, final_state
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, beta, *saved = ctx.saved_tensors
-        has_h0 = ctx.initial_state_dtype is not None
-        dq, dk, dv, dg, dbeta, dh0 = chunk_kda_bwd(
-            q, k, v, g, beta, ctx.scale, has_h0, saved, _aligned(do), dht
-        )
-        if dh0 is not None:
-            dh0 = dh0.to(ctx.initial_state_dtype)
+        dq, dk, dv, dg, dbeta, dh0 = recurrence_backward(ctx, chunk_kda_bwd, do, dht)
         return dq, dk, dv, dg, dbeta, None, dh0, None
 
 
@@ -297,11 +291,14 @@ def chunk_kda(
         {"g": (g, tuple(q.shape)), "beta": (beta, batch_time_heads)},
         initial_state,
     )
-    if scale is None:
-        scale = q.shape[-1] ** -0.5
-    out_dtype = v.dtype
-    q, k, v, g, beta = (_aligned(x) for x in _precision.compute_inputs(q, k, v, g, beta))
-    o, final_state = ChunkKDAFunction.apply(
-        q, k, v, g, beta, float(scale), initial_state, output_final_state
+    return apply_recurrence(
+        ChunkKDAFunction,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale=scale,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
     )
-    return o.to(out_dtype), final_state

@@ -13,10 +13,20 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from kernelgate.kernels import _precision
-from kernelgate.kernels._padding import aligned_width, zero_pad
+from kernelgate.kernels._common import (
+    aligned,
+    check_initial_state,
+    check_length,
+    fp32_state,
+    has_initial_state,
+    initial_state_grad,
+    kernel_inputs,
+    remember_initial_state,
+    round_up,
+    state_buffer,
+)
+from kernelgate.kernels._padding import StatePadding, zero_pad
 from kernelgate.kernels._precision import dot_precision as _dot_precision
-from kernelgate.kernels.gdn.chunk import _aligned, _round_up
 from kernelgate.kernels.mamba2.chunk_bwd import _ssd_chunk_bwd_kernel, _ssd_state_bwd_kernel
 from kernelgate.kernels.mamba2.chunk_fwd import _ssd_output_fwd_kernel, _ssd_state_fwd_kernel
 
@@ -33,9 +43,8 @@ NUM_WARPS = {"state_fwd": 8, "output_fwd": 8, "state_bwd": 8, "chunk_bwd": 8}
 def _check_inputs(x, dt, A, B, C, D, initial_state) -> None:
     if x.dim() != 4:
         raise ValueError(f"expected x [b, T, H, P], got {tuple(x.shape)}")
+    check_length(x)
     batch, seq_len, heads, dim_p = x.shape
-    if seq_len < 1:
-        raise ValueError("T must be at least 1")
     if tuple(dt.shape) != (batch, seq_len, heads):
         raise ValueError(
             f"expected dt [b, T, H] = {(batch, seq_len, heads)}, got {tuple(dt.shape)}"
@@ -52,10 +61,7 @@ def _check_inputs(x, dt, A, B, C, D, initial_state) -> None:
         raise ValueError(f"H = {heads} heads must be a multiple of G = {groups} groups")
     if D is not None and tuple(D.shape) != (heads,):
         raise ValueError(f"expected D [H] = {(heads,)}, got {tuple(D.shape)}")
-    if initial_state is not None:
-        expected = (batch, heads, dim_n, dim_p)
-        if tuple(initial_state.shape) != expected:
-            raise ValueError(f"expected initial_state {expected}, got {tuple(initial_state.shape)}")
+    check_initial_state(initial_state, (batch, heads, dim_n, dim_p))
 
 
 def _chunk_cumsum(a: torch.Tensor) -> torch.Tensor:
@@ -80,8 +86,8 @@ def chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state):
     g_cum = _chunk_cumsum(dt.double() * A.double())
 
     states = torch.empty(batch, num_chunks, heads, dim_n, dim_p, **f32)
-    final_state = torch.empty(batch, heads, dim_n, dim_p, **f32) if output_final_state else None
-    h0 = _aligned(initial_state.float()) if initial_state is not None else None
+    final_state = state_buffer(output_final_state, (batch, heads, dim_n, dim_p), x.device)
+    h0 = fp32_state(initial_state)
     grid = (triton.cdiv(dim_p, SCAN_TILE), triton.cdiv(dim_n, SCAN_TILE), batch * heads)
     scaled_x = torch.empty(grid[0] * grid[1] * grid[2], CHUNK_SIZE, SCAN_TILE, **f32)
     _ssd_state_fwd_kernel[grid](
@@ -123,8 +129,8 @@ def chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state):
         scores,
         seq_len,
         num_chunks,
-        _round_up(dim_n, REDUCE_BLOCK),
-        _round_up(dim_p, OUTPUT_BLOCK_P),
+        round_up(dim_n, REDUCE_BLOCK),
+        round_up(dim_p, OUTPUT_BLOCK_P),
         H=heads,
         G=groups,
         N=dim_n,
@@ -151,8 +157,8 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
     f32 = dict(device=x.device, dtype=torch.float32)
 
     d_states = torch.empty(batch, num_chunks, heads, dim_n, dim_p, **f32)
-    dh0 = torch.empty(batch, heads, dim_n, dim_p, **f32) if has_initial_state else None
-    dht = _aligned(dht.float()) if dht is not None else None
+    dh0 = state_buffer(has_initial_state, (batch, heads, dim_n, dim_p), x.device)
+    dht = fp32_state(dht)
     grid = (triton.cdiv(dim_p, SCAN_TILE), triton.cdiv(dim_n, SCAN_TILE), batch * heads)
     scaled_dy = torch.empty(grid[0] * grid[1] * grid[2], CHUNK_SIZE, SCAN_TILE, **f32)
     _ssd_state_bwd_kernel[grid](
@@ -206,8 +212,8 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
         d_scores,
         seq_len,
         num_chunks,
-        _round_up(dim_n, REDUCE_BLOCK),
-        _round_up(dim_p, REDUCE_BLOCK),
+        round_up(dim_n, REDUCE_BLOCK),
+        round_up(dim_p, REDUCE_BLOCK),
         H=heads,
         G=groups,
         N=dim_n,
@@ -246,36 +252,27 @@ class ChunkSSDFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, dt, A, B, C, D, initial_state, output_final_state):
-        dim_n, dim_p = B.shape[-1], x.shape[-1]
-        n_wide = aligned_width(dim_n, B.dtype, C.dtype)
-        p_wide = aligned_width(dim_p, x.dtype)
-        x, B, C = zero_pad(x, p_wide), zero_pad(B, n_wide), zero_pad(C, n_wide)
-        if initial_state is not None:
-            initial_state = zero_pad(initial_state, p_wide, n_wide)
+        pad = StatePadding.of(B.shape[-1], x.shape[-1], (B.dtype, C.dtype), (x.dtype,))
+        x = zero_pad(x, pad.cols_wide)
+        B, C = zero_pad(B, pad.rows_wide), zero_pad(C, pad.rows_wide)
+        initial_state = pad.pad_state(initial_state)
         y, final_state, saved = chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state)
         ctx.save_for_backward(x, dt, A, B, C, D, *saved)
-        ctx.dims = (dim_n, dim_p, n_wide, p_wide)
-        ctx.has_initial_state = initial_state is not None
-        ctx.initial_state_dtype = initial_state.dtype if initial_state is not None else None
-        if p_wide != dim_p:
-            y = y[..., :dim_p].contiguous()
-        if final_state is not None and (n_wide, p_wide) != (dim_n, dim_p):
-            final_state = final_state[:, :, :dim_n, :dim_p].contiguous()
-        return y, final_state
+        ctx.pad = pad
+        remember_initial_state(ctx, initial_state)
+        return pad.cut_forward(y, final_state)
 
     @staticmethod
     def backward(ctx, dy, dht):
         x, dt, A, B, C, D, *saved = ctx.saved_tensors
-        dim_n, dim_p, n_wide, p_wide = ctx.dims
-        dy = _aligned(zero_pad(dy, p_wide))
-        if dht is not None:
-            dht = zero_pad(dht, p_wide, n_wide)
+        pad = ctx.pad
+        dy, dht = pad.pad_cotangents(dy, dht)
         dx, ddt, dA, dB, dC, dD, dh0 = chunk_ssd_bwd(
-            x, dt, A, B, C, D, ctx.has_initial_state, saved, dy, dht
+            x, dt, A, B, C, D, has_initial_state(ctx), saved, aligned(dy), dht
         )
-        if dh0 is not None:
-            dh0 = dh0[:, :, :dim_n, :dim_p].to(ctx.initial_state_dtype)
-        return dx[..., :dim_p], ddt, dA, dB[..., :dim_n], dC[..., :dim_n], dD, dh0, None
+        dh0 = initial_state_grad(ctx, pad.cut_state(dh0))
+        dx, dB, dC = dx[..., : pad.cols], dB[..., : pad.rows], dC[..., : pad.rows]
+        return dx, ddt, dA, dB, dC, dD, dh0, None
 
 
 def chunk_ssd(
@@ -308,8 +305,6 @@ def chunk_ssd(
     """
     _check_inputs(x, dt, A, B, C, D, initial_state)
     out_dtype = x.dtype
-    x, dt, A, B, C, D = _precision.compute_inputs(x, dt, A, B, C, D)
-    x, dt, A, B, C = (_aligned(t) for t in (x, dt, A, B, C))
-    D = _aligned(D) if D is not None else None
+    x, dt, A, B, C, D = kernel_inputs(x, dt, A, B, C, D)
     y, final_state = ChunkSSDFunction.apply(x, dt, A, B, C, D, initial_state, output_final_state)
     return y.to(out_dtype), final_state
