@@ -76,3 +76,27 @@ def test_tf32x3_reaches_every_members_kernels(member: str, monkeypatch) -> None:
     monkeypatch.setattr(_precision, "FP32_DOTS", "unknown")
     with pytest.raises(ValueError, match="FP32_DOTS"):
         _run(fn, args)
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="launches are recorded under the interpreter")
+@pytest.mark.parametrize("member", ["gdn", "kda"])
+def test_the_kernels_that_spill_with_tf32x3_keep_ieee(member: str, monkeypatch) -> None:
+    """Compiled offline for sm_90 (benchmarks/results/family-tf32x3-resources-cpu.json), the
+    state-gradient scans of GDN and KDA spill with three-product dots: they stay on IEEE
+    while every other kernel of the member takes FP32_DOTS."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from kernelgate.sandbox.resources import LaunchRecorder
+
+    monkeypatch.setattr(_precision, "FP32_DOTS", "tf32x3")
+    fn, args = _members()[member]
+    recorder, original = LaunchRecorder(), InterpretedFunction.run
+    recorder.install(interpreter=True)
+    try:
+        _run(fn, args)
+    finally:
+        InterpretedFunction.run = original
+    records = recorder.drain()
+    precisions = {r["name"]: r["constexprs"]["PREC"] for r in records if "PREC" in r["constexprs"]}
+    assert precisions.pop("_state_bwd_kernel") == "ieee"
+    assert precisions and set(precisions.values()) == {"tf32x3"}, precisions

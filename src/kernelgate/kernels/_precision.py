@@ -38,15 +38,17 @@ SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 #   (benchmarks/results/family-tf32x3-resources-cpu.json), GDN's _state_bwd_kernel spills
 #   at K = V = 31 (32-44 bytes, 253-255 registers at every K, against 128-220 with IEEE) and
 #   KDA's _state_bwd_kernel at every K (8 bytes); every other kernel of the family is
-#   spill-free with it. To be timed on the device (benchmarks/gdn.py --fp32-dots) before it
-#   can become a default, with those two kernels kept on IEEE.
+#   spill-free with it. Those two stay on IEEE whatever FP32_DOTS says (``IEEE_ONLY``). To be
+#   timed on the device (benchmarks/gdn.py --fp32-dots) before it can become a default.
 FP32_DOTS = "ieee"
 FP32_DOT_CHOICES = ("ieee", "tf32x3")
+IEEE_ONLY = frozenset({"gdn._state_bwd_kernel", "kda._state_bwd_kernel"})
 
 
-def dot_precision(dtype: torch.dtype) -> str:
-    """The tl.dot precision for inputs of ``dtype``: ``FP32_DOTS`` for fp32 inputs (never
-    plain TF32: the fp32 contract must not silently lose 13 mantissa bits of every
+def dot_precision(dtype: torch.dtype, kernel: str | None = None) -> str:
+    """The tl.dot precision for inputs of ``dtype`` in ``kernel`` ("member.kernel_name";
+    None: any): ``FP32_DOTS`` for fp32 inputs, except IEEE in the kernels of ``IEEE_ONLY``
+    (never plain TF32: the fp32 contract must not silently lose 13 mantissa bits of every
     intermediate); TF32 for 16-bit inputs, whose values TF32 represents exactly (reached
     only with ``SIXTEEN_BIT_COMPUTE = "tf32"``: by default 16-bit inputs arrive as fp32
     copies)."""
@@ -54,7 +56,7 @@ def dot_precision(dtype: torch.dtype) -> str:
         return "tf32"
     if FP32_DOTS not in FP32_DOT_CHOICES:
         raise ValueError(f"FP32_DOTS must be one of {FP32_DOT_CHOICES}, not {FP32_DOTS!r}")
-    return FP32_DOTS
+    return "ieee" if kernel in IEEE_ONLY else FP32_DOTS
 
 
 def compute_inputs(*inputs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:

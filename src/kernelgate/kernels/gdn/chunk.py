@@ -258,7 +258,7 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
         BV=scan_block_v,
         HAS_DHT=dht is not None,
         STORE_DH0=dh0 is not None,
-        PREC=prec,
+        PREC=_dot_precision(q.dtype, "gdn._state_bwd_kernel"),
         num_warps=NUM_WARPS["state_bwd"],
     )
     del scaled_do

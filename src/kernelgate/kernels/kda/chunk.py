@@ -169,7 +169,7 @@ def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
         BV=scan_v,
         HAS_DHT=dht is not None,
         STORE_DH0=dh0 is not None,
-        PREC=prec,
+        PREC=_dot_precision(q.dtype, "kda._state_bwd_kernel"),
         num_warps=NUM_WARPS["state_bwd"],
     )
     dq = torch.empty_like(q)
