@@ -40,6 +40,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernelgate.kernels._tiles import batch_head, chunk_rows
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
 
 
@@ -84,8 +85,7 @@ def _state_bwd_kernel(
     and every dot reads both operands from memory."""
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rk = tl.arange(0, RK)
     o_rc = tl.arange(0, RC)
@@ -266,8 +266,7 @@ def _dscores_bwd_kernel(
     The sum over V reduces RV (<= 32) columns per dot, both operands loaded from memory."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     m_t = i_n * C + o_c < T
     chunk_row = (i_b * T + i_n * C) * H + i_h
@@ -338,8 +337,7 @@ def _qk_bwd_kernel(
     i_kb = tl.program_id(0)
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
     o_k = i_kb * BK + tl.arange(0, BK)
@@ -489,8 +487,7 @@ def _wy_da_bwd_kernel(
     and re-read by this program in the order a CTA barrier enforces."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
     m_t = i_n * C + o_c < T
@@ -633,8 +630,7 @@ def _wy_dkv_bwd_kernel(
     i_tile = tl.program_id(0)
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
     m_t = i_n * C + o_c < T
@@ -753,12 +749,9 @@ def _gate_bwd_kernel(
     every g of the chunk."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     d_beta = tl.load(dbeta_a_ptr + row, mask=m_t, other=0.0)
     d_gcum = tl.load(dgcum_a_ptr + row, mask=m_t, other=0.0)
     d_gcum += tl.load(dgcum_scores_ptr + row, mask=m_t, other=0.0)

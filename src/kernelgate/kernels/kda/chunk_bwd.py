@@ -31,6 +31,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernelgate.kernels._tiles import batch_head, chunk_rows
 from kernelgate.kernels.gla.chunk_fwd import _gate_cumsum, _load_tile, _pair_decay
 
 
@@ -65,8 +66,7 @@ def _state_bwd_kernel(
     row tiles of RK, with a CTA barrier between steps."""
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rk = tl.arange(0, RK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -83,9 +83,7 @@ def _state_bwd_kernel(
     tl.debug_barrier()
     for step in range(0, NT):
         i_n = NT - 1 - step
-        t_idx = i_n * C + o_c
-        m_t = t_idx < T
-        row = (i_b * T + t_idx) * H + i_h
+        _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
         dh_base = dh_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
         b_do = _load_tile(do_ptr, row, m_t, o_v, V)
         scores = _load_tile(scores_ptr, row, m_t, o_c, C)
@@ -214,14 +212,11 @@ def _dqk_bwd_kernel(
     i_k = tl.program_id(0)
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     state_base = ((i_b * NT + i_n) * H + i_h) * K * V
     causal = o_c[:, None] >= o_c[None, :]
 
@@ -298,12 +293,9 @@ def _wy_bwd_kernel(
     Tinv = (I + diag(beta) M)^-1 for one (chunk, batch*head); finishes dk, dv, dg, dbeta."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     strict = o_c[:, None] > o_c[None, :]
     beta = tl.load(beta_ptr + row, mask=m_t, other=0.0).to(tl.float32)
     tinv = _load_tile(tinv_ptr, row, m_t, o_c, C)

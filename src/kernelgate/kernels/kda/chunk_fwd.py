@@ -36,6 +36,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernelgate.kernels._tiles import batch_head, chunk_rows
 from kernelgate.kernels.gla.chunk_fwd import _gate_cumsum, _load_tile, _pair_decay
 
 
@@ -63,12 +64,9 @@ def _wy_fwd_kernel(
     W = Tinv diag(beta) (K * exp(G)) and U = Tinv diag(beta) V tile by tile."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     strict = o_c[:, None] > o_c[None, :]
     beta = tl.load(beta_ptr + row, mask=m_t, other=0.0).to(tl.float32)
 
@@ -136,9 +134,7 @@ def _state_fwd_kernel(
     a CTA barrier orders the steps (gdn's scans do the same, see gdn/chunk_fwd.py)."""
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
-    o_c = tl.arange(0, C)
+    i_b, i_h = batch_head(i_bh, H)
     o_rk = tl.arange(0, RK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_v = o_v < V
@@ -153,9 +149,7 @@ def _state_fwd_kernel(
         tl.store(h_ptr + (i_b * NT * H + i_h) * K * V + kv_off, tile, mask=m_kv)
     tl.debug_barrier()
     for i_n in range(0, NT):
-        t_idx = i_n * C + o_c
-        m_t = t_idx < T
-        row = (i_b * T + t_idx) * H + i_h
+        _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
         h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
         acc = tl.zeros([C, BV], dtype=tl.float32)
         for k0 in range(0, K_END, RK):
@@ -264,14 +258,11 @@ def _output_fwd_kernel(
     i_v = tl.program_id(0)
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_v = i_v * BV + tl.arange(0, BV)
     m_v = o_v < V
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
     causal = o_c[:, None] >= o_c[None, :]
 

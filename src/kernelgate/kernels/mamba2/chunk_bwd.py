@@ -30,6 +30,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernelgate.kernels._tiles import batch_head, chunk_rows
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
 from kernelgate.kernels.mamba2.chunk_fwd import _ssd_state_update
 
@@ -64,8 +65,7 @@ def _ssd_state_bwd_kernel(
     i_p = tl.program_id(0)
     i_nb = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
     o_bp = tl.arange(0, BP)
@@ -184,15 +184,13 @@ def _ssd_chunk_bwd_kernel(
     whole tiles, runtime values so that a one-tile loop stays a loop."""
     i_c = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
     o_rn = tl.arange(0, RN)
-    t_idx = i_c * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h  # rows of x, dt, y, the scratch and per-head outputs
+    # row: rows of x, dt, y, the scratch and per-head outputs
+    t_idx, m_t, row = chunk_rows(i_b, i_h, i_c, T, H, C)
     bc_row = (i_b * T + t_idx) * G + i_g  # rows of B and C
     state_base = ((i_b * NT + i_c) * H + i_h) * N * P
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernelgate.kernels._tiles import batch_head, chunk_rows
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
 
 
@@ -70,8 +71,7 @@ def _ssd_state_fwd_kernel(
     i_p = tl.program_id(0)
     i_nb = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
     o_bp = tl.arange(0, BP)
@@ -224,14 +224,11 @@ def _ssd_output_fwd_kernel(
     runtime values so that a one-tile loop stays a loop (see gdn/chunk.py, _round_up)."""
     i_c = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
-    t_idx = i_c * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h  # rows of x, dt, y and the scores scratch
+    t_idx, m_t, row = chunk_rows(i_b, i_h, i_c, T, H, C)  # rows of x, dt, y and the scores scratch
     bc_row = (i_b * T + t_idx) * G + i_g  # rows of B and C
     h_base = h_ptr + ((i_b * NT + i_c) * H + i_h) * N * P
 
