@@ -151,7 +151,7 @@ def _wy_fwd_kernel(
     i_bh = tl.program_id(1)
     i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
 
     g = tl.load(g_ptr + row, mask=m_t, other=0.0).to(tl.float64)
     g_cum = tl.cumsum(g, axis=0)
@@ -226,7 +226,7 @@ def _wy_apply_fwd_kernel(
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b, i_h = batch_head(i_bh, H)
-    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     o_rc = tl.arange(0, RC)
     for d0 in range(0, D_END, BD):
         o_d = d0 + tl.arange(0, BD)

@@ -67,7 +67,7 @@ def _state_bwd_kernel(
     for step in range(0, NT):
         i_n = NT - 1 - step
         tl.store(dh_ptr + ((i_b * NT + i_n) * H + i_h) * K * V + kv_off, d_state, mask=m_kv)
-        _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
         g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
         b_q = _load_tile(q_ptr, row, m_t, o_k, K) * tl.exp(g_cum.to(tl.float32))
         b_do = _load_tile(do_ptr, row, m_t, o_v, V)
@@ -105,7 +105,7 @@ def _dv_bwd_kernel(
     i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_v = i_v * BV + tl.arange(0, BV)
-    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     dh_base = dh_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
     causal = o_c[:, None] >= o_c[None, :]
 
@@ -167,7 +167,7 @@ def _dqk_bwd_kernel(
     o_c = tl.arange(0, C)
     o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
-    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     state_base = ((i_b * NT + i_n) * H + i_h) * K * V
     causal = o_c[:, None] >= o_c[None, :]
 

@@ -110,7 +110,7 @@ def _state_fwd_kernel(
         state += tl.load(h0_ptr + i_bh.to(tl.int64) * K * V + kv_off, mask=m_kv, other=0.0)
     for i_n in range(0, NT):
         tl.store(h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V + kv_off, state, mask=m_kv)
-        _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
         g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
         b_k = _load_tile(k_ptr, row, m_t, o_k, K)
         b_v = _load_tile(v_ptr, row, m_t, o_v, V)
@@ -149,7 +149,7 @@ def _output_fwd_kernel(
     i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_v = i_v * BV + tl.arange(0, BV)
-    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
     causal = o_c[:, None] >= o_c[None, :]
 

@@ -83,7 +83,7 @@ def _state_bwd_kernel(
     tl.debug_barrier()
     for step in range(0, NT):
         i_n = NT - 1 - step
-        _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
         dh_base = dh_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
         b_do = _load_tile(do_ptr, row, m_t, o_v, V)
         scores = _load_tile(scores_ptr, row, m_t, o_c, C)
@@ -216,7 +216,7 @@ def _dqk_bwd_kernel(
     o_c = tl.arange(0, C)
     o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
-    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     state_base = ((i_b * NT + i_n) * H + i_h) * K * V
     causal = o_c[:, None] >= o_c[None, :]
 
@@ -295,7 +295,7 @@ def _wy_bwd_kernel(
     i_bh = tl.program_id(1)
     i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     strict = o_c[:, None] > o_c[None, :]
     beta = tl.load(beta_ptr + row, mask=m_t, other=0.0).to(tl.float32)
     tinv = _load_tile(tinv_ptr, row, m_t, o_c, C)

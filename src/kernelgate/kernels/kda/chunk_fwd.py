@@ -66,7 +66,7 @@ def _wy_fwd_kernel(
     i_bh = tl.program_id(1)
     i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     strict = o_c[:, None] > o_c[None, :]
     beta = tl.load(beta_ptr + row, mask=m_t, other=0.0).to(tl.float32)
 
@@ -149,7 +149,7 @@ def _state_fwd_kernel(
         tl.store(h_ptr + (i_b * NT * H + i_h) * K * V + kv_off, tile, mask=m_kv)
     tl.debug_barrier()
     for i_n in range(0, NT):
-        _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
         h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
         acc = tl.zeros([C, BV], dtype=tl.float32)
         for k0 in range(0, K_END, RK):
@@ -262,7 +262,7 @@ def _output_fwd_kernel(
     o_c = tl.arange(0, C)
     o_v = i_v * BV + tl.arange(0, BV)
     m_v = o_v < V
-    _, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
     causal = o_c[:, None] >= o_c[None, :]
 
