@@ -38,3 +38,14 @@ def load_tile(ptr, row, m_t, o_d, D: tl.constexpr):
     return tl.load(
         ptr + row[:, None] * D + o_d[None, :], mask=m_t[:, None] & (o_d < D)[None, :], other=0.0
     ).to(tl.float32)
+
+
+@triton.jit
+def store_tile(ptr, row, m_t, o_d, D: tl.constexpr, value):
+    """Store ``value`` to rows ``row`` (masked by m_t), columns o_d (< D) of a [*, D] row-major
+    tensor, converted to its element type (a no-op for the fp32 intermediates)."""
+    tl.store(
+        ptr + row[:, None] * D + o_d[None, :],
+        value.to(ptr.dtype.element_ty),
+        mask=m_t[:, None] & (o_d < D)[None, :],
+    )

@@ -40,7 +40,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernelgate.kernels._tiles import batch_head, chunk_rows
+from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile, store_tile
 
 
 @triton.jit
@@ -63,14 +63,6 @@ def _pair_decay(g_cum, valid):
     valid3 = valid[:, :, None]
     diff = tl.where(valid3, g_cum[:, None, :] - g_cum[None, :, :], 0.0)
     return tl.where(valid3, tl.exp(diff.to(tl.float32)), 0.0)
-
-
-@triton.jit
-def _load_tile(ptr, row, m_t, o_d, D: tl.constexpr):
-    """Rows ``row`` (masked by m_t), columns o_d (< D) of a [*, D] row-major tensor, as fp32."""
-    return tl.load(
-        ptr + row[:, None] * D + o_d[None, :], mask=m_t[:, None] & (o_d < D)[None, :], other=0.0
-    ).to(tl.float32)
 
 
 @triton.jit
@@ -112,8 +104,8 @@ def _state_fwd_kernel(
         tl.store(h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V + kv_off, state, mask=m_kv)
         _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
         g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        b_k = _load_tile(k_ptr, row, m_t, o_k, K)
-        b_v = _load_tile(v_ptr, row, m_t, o_v, V)
+        b_k = load_tile(k_ptr, row, m_t, o_k, K)
+        b_v = load_tile(v_ptr, row, m_t, o_v, V)
         k_decay = b_k * tl.exp((g_last[None, :] - g_cum).to(tl.float32))
         state = state * tl.exp(g_last.to(tl.float32))[:, None]
         state += tl.dot(tl.trans(k_decay), b_v, input_precision=PREC)
@@ -159,19 +151,11 @@ def _output_fwd_kernel(
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
         g_cum, _ = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        b_q = _load_tile(q_ptr, row, m_t, o_k, K)
-        b_k = _load_tile(k_ptr, row, m_t, o_k, K)
-        b_h = tl.load(
-            h_base + o_k[:, None] * V + o_v[None, :],
-            mask=m_k[:, None] & (o_v < V)[None, :],
-            other=0.0,
-        )
+        b_q = load_tile(q_ptr, row, m_t, o_k, K)
+        b_k = load_tile(k_ptr, row, m_t, o_k, K)
+        b_h = load_tile(h_base, o_k, m_k, o_v, V)
         acc += tl.dot(b_q * tl.exp(g_cum.to(tl.float32)), b_h, input_precision=PREC)
         scores += tl.sum(b_q[:, None, :] * b_k[None, :, :] * _pair_decay(g_cum, causal), axis=2)
-    b_v = _load_tile(v_ptr, row, m_t, o_v, V)
+    b_v = load_tile(v_ptr, row, m_t, o_v, V)
     b_o = (acc + tl.dot(scores, b_v, input_precision=PREC)) * scale
-    tl.store(
-        o_ptr + row[:, None] * V + o_v[None, :],
-        b_o.to(o_ptr.dtype.element_ty),
-        mask=m_t[:, None] & (o_v < V)[None, :],
-    )
+    store_tile(o_ptr, row, m_t, o_v, V, b_o)

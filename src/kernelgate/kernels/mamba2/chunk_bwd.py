@@ -30,7 +30,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernelgate.kernels._tiles import batch_head, chunk_rows
+from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
 from kernelgate.kernels.mamba2.chunk_fwd import _ssd_state_update
 
@@ -86,11 +86,7 @@ def _ssd_state_bwd_kernel(
         m_t = t_idx < T
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_c, T, H, C)
         gamma = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0)
-        b_dy = tl.load(
-            dy_ptr + ((i_b * T + t_idx) * H + i_h)[:, None] * P + o_p[None, :],
-            mask=m_t[:, None] & (o_p < P)[None, :],
-            other=0.0,
-        ).to(tl.float32)
+        b_dy = load_tile(dy_ptr, (i_b * T + t_idx) * H + i_h, m_t, o_p, P)
         tl.store(scratch + o_c[:, None] * BP + o_bp[None, :], b_dy * gamma[:, None])
         tl.debug_barrier()
         dh_src = dh_ptr + ((i_b * NT + i_c) * H + i_h) * N * P
@@ -206,9 +202,7 @@ def _ssd_chunk_bwd_kernel(
     for n0 in range(0, N_END, RN):
         o_n = n0 + o_rn
         m_n = o_n < N
-        b_c = tl.load(
-            c_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_t[:, None] & m_n[None, :], other=0.0
-        ).to(tl.float32)
+        b_c = load_tile(c_ptr, bc_row, m_t, o_n, N)
         b_bt = tl.load(
             b_ptr + bc_row[None, :] * N + o_n[:, None], mask=m_n[:, None] & m_t[None, :], other=0.0
         ).to(tl.float32)
@@ -219,9 +213,7 @@ def _ssd_chunk_bwd_kernel(
     for p0 in range(0, P_END, RN):
         o_p = p0 + o_rn
         m_p = o_p < P
-        b_dy = tl.load(
-            dy_ptr + row[:, None] * P + o_p[None, :], mask=m_t[:, None] & m_p[None, :], other=0.0
-        ).to(tl.float32)
+        b_dy = load_tile(dy_ptr, row, m_t, o_p, P)
         b_xt = tl.load(
             x_ptr + row[None, :] * P + o_p[:, None], mask=m_p[:, None] & m_t[None, :], other=0.0
         ).to(tl.float32)
@@ -248,21 +240,13 @@ def _ssd_chunk_bwd_kernel(
             row_j = (i_b * T + i_c * C + o_j) * H + i_h
             m_j = i_c * C + o_j < T
             b_st = tl.load(s_ptr + row_j[None, :] * C + o_c[:, None], mask=m_j[None, :], other=0.0)
-            b_dy = tl.load(
-                dy_ptr + row_j[:, None] * P + o_p[None, :],
-                mask=m_j[:, None] & m_p[None, :],
-                other=0.0,
-            ).to(tl.float32)
+            b_dy = load_tile(dy_ptr, row_j, m_j, o_p, P)
             acc_sdy += tl.dot(b_st, b_dy, input_precision=PREC)
         acc_bdh = tl.zeros([C, BP], dtype=tl.float32)  # B dH_next
         for n0 in range(0, N_END, RN):
             o_n = n0 + o_rn
             m_n = o_n < N
-            b_b = tl.load(
-                b_ptr + bc_row[:, None] * N + o_n[None, :],
-                mask=m_t[:, None] & m_n[None, :],
-                other=0.0,
-            ).to(tl.float32)
+            b_b = load_tile(b_ptr, bc_row, m_t, o_n, N)
             b_dh = tl.load(
                 dh_ptr + state_base + o_n[:, None] * P + o_p[None, :],
                 mask=m_n[:, None] & m_p[None, :],

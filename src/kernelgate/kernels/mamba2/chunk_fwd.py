@@ -33,7 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernelgate.kernels._tiles import batch_head, chunk_rows
+from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
 
 
@@ -92,11 +92,7 @@ def _ssd_state_fwd_kernel(
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_c, T, H, C)
         dt = tl.load(dt_ptr + (i_b * T + t_idx) * H + i_h, mask=m_t, other=0.0).to(tl.float32)
         weight = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0) * dt
-        b_x = tl.load(
-            x_ptr + ((i_b * T + t_idx) * H + i_h)[:, None] * P + o_p[None, :],
-            mask=m_t[:, None] & (o_p < P)[None, :],
-            other=0.0,
-        ).to(tl.float32)
+        b_x = load_tile(x_ptr, (i_b * T + t_idx) * H + i_h, m_t, o_p, P)
         tl.store(scratch + o_c[:, None] * BP + o_bp[None, :], b_x * weight[:, None])
         tl.debug_barrier()
         h_src = h_ptr + ((i_b * NT + i_c) * H + i_h) * N * P
@@ -236,9 +232,7 @@ def _ssd_output_fwd_kernel(
     for n0 in range(0, N_END, RN):
         o_n = n0 + tl.arange(0, RN)
         m_n = o_n < N
-        b_c = tl.load(
-            c_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_t[:, None] & m_n[None, :], other=0.0
-        ).to(tl.float32)
+        b_c = load_tile(c_ptr, bc_row, m_t, o_n, N)
         b_bt = tl.load(
             b_ptr + bc_row[None, :] * N + o_n[:, None], mask=m_n[:, None] & m_t[None, :], other=0.0
         ).to(tl.float32)
@@ -257,16 +251,8 @@ def _ssd_output_fwd_kernel(
         for n0 in range(0, N_END, RN):
             o_n = n0 + tl.arange(0, RN)
             m_n = o_n < N
-            b_c = tl.load(
-                c_ptr + bc_row[:, None] * N + o_n[None, :],
-                mask=m_t[:, None] & m_n[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            b_h = tl.load(
-                h_base + o_n[:, None] * P + o_p[None, :],
-                mask=m_n[:, None] & m_p[None, :],
-                other=0.0,
-            )
+            b_c = load_tile(c_ptr, bc_row, m_t, o_n, N)
+            b_h = load_tile(h_base, o_n, m_n, o_p, P)
             acc_ch += tl.dot(b_c, b_h, input_precision=PREC)
         acc_sx = tl.zeros([C, BP], dtype=tl.float32)  # scores (dt X)
         for j0 in range(0, C // RC):
