@@ -596,6 +596,47 @@ def _wy_da_bwd_kernel(
     tl.store(dtinv_ptr + cc_off, p * beta[:, None], mask=m_t[:, None])
 
 
+@triton.jit
+def _tinv_t_dot(
+    ainv_ptr,
+    x_ptr,
+    chunk_row,
+    i_n,
+    T,
+    o_d,
+    m_d,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    C: tl.constexpr,
+    RC: tl.constexpr,
+    BD: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Tinv^T X [C, BD] for one chunk (int64 base row ``chunk_row``) and the column tile o_d
+    (masked by m_d) of X, a [B, T, H, D] tensor: a loop of dots over RC chunk steps with both
+    operands loaded from memory, the form that keeps registers small (chunk_fwd.py's module
+    docstring). _wy_dkv_bwd_kernel's dk (X = dW) and dv (X = dU) branches both need it."""
+    o_c = tl.arange(0, C)
+    o_rc = tl.arange(0, RC)
+    m_t = i_n * C + o_c < T
+    acc = tl.zeros([C, BD], dtype=tl.float32)
+    for i_c in range(0, C // RC):
+        o_j = i_c * RC + o_rc
+        m_j = i_n * C + o_j < T
+        b_tinv_t = tl.load(
+            ainv_ptr + chunk_row * C + o_j[None, :] * (H * C) + o_c[:, None],
+            mask=m_j[None, :] & m_t[:, None],
+            other=0.0,
+        )
+        b_x = tl.load(
+            x_ptr + chunk_row * D + o_j[:, None] * (H * D) + o_d[None, :],
+            mask=m_j[:, None] & m_d[None, :],
+            other=0.0,
+        )
+        acc += tl.dot(b_tinv_t, b_x, input_precision=PREC)
+    return acc
+
+
 @triton.jit(do_not_specialize=["T", "B", "NKT"])  # see _NO_SPECIALIZE
 def _wy_dkv_bwd_kernel(
     k_ptr,
@@ -642,21 +683,7 @@ def _wy_dkv_bwd_kernel(
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
         ck_off = chunk_row * K + o_c[:, None] * (H * K) + o_k[None, :]
-        acc = tl.zeros([C, BK], dtype=tl.float32)  # Tinv^T dW
-        for i_c in range(0, C // RC):
-            o_j = i_c * RC + o_rc
-            m_j = i_n * C + o_j < T
-            b_tinv_t = tl.load(
-                ainv_ptr + chunk_row * C + o_j[None, :] * (H * C) + o_c[:, None],
-                mask=m_j[None, :] & m_t[:, None],
-                other=0.0,
-            )
-            b_dw = tl.load(
-                dw_ptr + chunk_row * K + o_j[:, None] * (H * K) + o_k[None, :],
-                mask=m_j[:, None] & m_k[None, :],
-                other=0.0,
-            )
-            acc += tl.dot(b_tinv_t, b_dw, input_precision=PREC)
+        acc = _tinv_t_dot(ainv_ptr, dw_ptr, chunk_row, i_n, T, o_k, m_k, H, K, C, RC, BK, PREC)
         g_cum, _ = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C)
         gamma = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0)
         b_k = tl.load(k_ptr + ck_off, mask=m_tk, other=0.0).to(tl.float32)
@@ -697,21 +724,7 @@ def _wy_dkv_bwd_kernel(
         m_tv = m_t[:, None] & m_v[None, :]
         cv_off = chunk_row * V + o_c[:, None] * (H * V) + o_v[None, :]
         # its own names: a value bound in both branches must have one type, and BK != BV
-        acc_v = tl.zeros([C, BV], dtype=tl.float32)  # Tinv^T dU
-        for i_c in range(0, C // RC):
-            o_j = i_c * RC + o_rc
-            m_j = i_n * C + o_j < T
-            b_tinv_tv = tl.load(
-                ainv_ptr + chunk_row * C + o_j[None, :] * (H * C) + o_c[:, None],
-                mask=m_j[None, :] & m_t[:, None],
-                other=0.0,
-            )
-            b_du = tl.load(
-                dvn_ptr + chunk_row * V + o_j[:, None] * (H * V) + o_v[None, :],
-                mask=m_j[:, None] & m_v[None, :],
-                other=0.0,
-            )
-            acc_v += tl.dot(b_tinv_tv, b_du, input_precision=PREC)
+        acc_v = _tinv_t_dot(ainv_ptr, dvn_ptr, chunk_row, i_n, T, o_v, m_v, H, V, C, RC, BV, PREC)
         b_v = tl.load(v_ptr + cv_off, mask=m_tv, other=0.0).to(tl.float32)
         tl.store(dbeta_part_ptr + part_row * H + i_h, tl.sum(b_v * acc_v, axis=1), mask=m_t)
         # Exact zeros as +0: the gradient of an input used at every step is, in autograd of
