@@ -49,3 +49,13 @@ def store_tile(ptr, row, m_t, o_d, D: tl.constexpr, value):
         value.to(ptr.dtype.element_ty),
         mask=m_t[:, None] & (o_d < D)[None, :],
     )
+
+
+@triton.jit
+def chunk_base(i_b, i_h, i_n, T, H, C: tl.constexpr):
+    """Chunk ``i_n``'s valid-step mask m_t and its first row (b, i_n * C, h) of a [B, T, H, *]
+    tensor as one int64 scalar: gdn's kernels address inside the chunk with int32 offsets
+    ``o_c * (H * D)`` from that base, which keeps per-element address registers small (see
+    gdn/chunk_fwd.py's module docstring)."""
+    m_t = i_n * C + tl.arange(0, C) < T
+    return m_t, (i_b * T + i_n * C) * H + i_h

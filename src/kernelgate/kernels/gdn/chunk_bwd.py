@@ -40,7 +40,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernelgate.kernels._tiles import batch_head, chunk_rows
+from kernelgate.kernels._tiles import batch_head, chunk_base, chunk_rows
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
 
 
@@ -109,8 +109,7 @@ def _state_bwd_kernel(
     tl.debug_barrier()
     for step in range(0, NT):
         i_n = NT - 1 - step
-        m_t = i_n * C + o_c < T
-        chunk_row = (i_b * T + i_n * C) * H + i_h
+        m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
         m_tv = m_t[:, None] & m_v[None, :]
         dh_base = dh_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C)
@@ -268,8 +267,7 @@ def _dscores_bwd_kernel(
     i_bh = tl.program_id(1)
     i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    m_t = i_n * C + o_c < T
-    chunk_row = (i_b * T + i_n * C) * H + i_h
+    m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
 
     acc_dov = tl.zeros([C, C], dtype=tl.float32)  # dO Vn^T
     for v0 in range(0, V_END, RV):
@@ -342,9 +340,8 @@ def _qk_bwd_kernel(
     o_rc = tl.arange(0, RC)
     o_k = i_kb * BK + tl.arange(0, BK)
     m_k = o_k < K
-    m_t = i_n * C + o_c < T
+    m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
     m_tk = m_t[:, None] & m_k[None, :]
-    chunk_row = (i_b * T + i_n * C) * H + i_h
     ck_off = chunk_row * K + o_c[:, None] * (H * K) + o_k[None, :]  # [C, BK] rows of the chunk
     state_base = ((i_b * NT + i_n) * H + i_h) * K * V
 
@@ -490,8 +487,7 @@ def _wy_da_bwd_kernel(
     i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
-    m_t = i_n * C + o_c < T
-    chunk_row = (i_b * T + i_n * C) * H + i_h
+    m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
     cc_off = chunk_row * C + o_c[:, None] * (H * C) + o_c[None, :]  # [C, C] of this chunk
     # K K^T, then dTinv = dU (diag(beta) V)^T + dW (diag(beta gamma) K)^T: one [C, C]
     # accumulator at a time, each stored before the next is built.
@@ -674,8 +670,7 @@ def _wy_dkv_bwd_kernel(
     i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
-    m_t = i_n * C + o_c < T
-    chunk_row = (i_b * T + i_n * C) * H + i_h
+    m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
     beta = tl.load(beta_ptr + chunk_row + o_c * H, mask=m_t, other=0.0).to(tl.float32)
     part_row = (i_tile * B + i_b) * T + i_n * C + o_c  # [NKT + NVT, B, T, H] layout
     if i_tile < NKT:

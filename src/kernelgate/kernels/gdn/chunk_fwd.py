@@ -70,7 +70,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernelgate.kernels._tiles import batch_head, chunk_rows
+from kernelgate.kernels._tiles import batch_head, chunk_base, chunk_rows
 
 
 @triton.jit
@@ -310,9 +310,8 @@ def _state_fwd_kernel(
         )
     tl.debug_barrier()
     for i_n in range(0, NT):
-        m_t = i_n * C + o_c < T
         # a scalar int64 base of the chunk and int32 offsets inside it (see _output_fwd_kernel)
-        chunk_row = (i_b * T + i_n * C) * H + i_h
+        m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
         w_base = w_ptr + chunk_row * K
         off_v = o_c[:, None] * (H * V) + o_v[None, :]
         m_tv = m_t[:, None] & m_v[None, :]
@@ -469,10 +468,9 @@ def _output_fwd_kernel(
     i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
-    m_t = i_n * C + o_c < T
     # Scalar int64 bases of this chunk and int32, constexpr-strided offsets inside it keep
     # the per-element address arithmetic (and its registers) small.
-    chunk_row = (i_b * T + i_n * C) * H + i_h
+    m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
     q_base = q_ptr + chunk_row * K
     k_base = k_ptr + chunk_row * K
     vn_base = vn_ptr + chunk_row * V

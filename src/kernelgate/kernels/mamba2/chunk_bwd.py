@@ -82,11 +82,10 @@ def _ssd_state_bwd_kernel(
     tl.store(dh_ptr + ((i_b * NT + NT - 1) * H + i_h) * N * P + tile_off, tile, mask=m_np)
     for step in range(0, NT):
         i_c = NT - 1 - step
-        t_idx = i_c * C + o_c
-        m_t = t_idx < T
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_c, T, H, C)
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_c, T, H, C)
         gamma = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0)
-        b_dy = load_tile(dy_ptr, (i_b * T + t_idx) * H + i_h, m_t, o_p, P)
+        b_dy = load_tile(dy_ptr, row, m_t, o_p, P)
         tl.store(scratch + o_c[:, None] * BP + o_bp[None, :], b_dy * gamma[:, None])
         tl.debug_barrier()
         dh_src = dh_ptr + ((i_b * NT + i_c) * H + i_h) * N * P

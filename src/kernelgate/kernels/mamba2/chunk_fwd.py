@@ -87,12 +87,11 @@ def _ssd_state_fwd_kernel(
         tile += tl.load(h0_ptr + i_bh.to(tl.int64) * N * P + tile_off, mask=m_np, other=0.0)
     tl.store(h_ptr + (i_b * NT * H + i_h) * N * P + tile_off, tile, mask=m_np)
     for i_c in range(0, NT):
-        t_idx = i_c * C + o_c
-        m_t = t_idx < T
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_c, T, H, C)
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_c, T, H, C)
-        dt = tl.load(dt_ptr + (i_b * T + t_idx) * H + i_h, mask=m_t, other=0.0).to(tl.float32)
+        dt = tl.load(dt_ptr + row, mask=m_t, other=0.0).to(tl.float32)
         weight = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0) * dt
-        b_x = load_tile(x_ptr, (i_b * T + t_idx) * H + i_h, m_t, o_p, P)
+        b_x = load_tile(x_ptr, row, m_t, o_p, P)
         tl.store(scratch + o_c[:, None] * BP + o_bp[None, :], b_x * weight[:, None])
         tl.debug_barrier()
         h_src = h_ptr + ((i_b * NT + i_c) * H + i_h) * N * P
