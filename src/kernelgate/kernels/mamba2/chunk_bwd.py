@@ -32,7 +32,7 @@ import triton.language as tl
 
 from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
-from kernelgate.kernels.mamba2.chunk_fwd import _ssd_state_update
+from kernelgate.kernels.mamba2.chunk_fwd import _ssd_scan_start, _ssd_state_update
 
 
 @triton.jit(do_not_specialize=["NT"])
@@ -62,24 +62,22 @@ def _ssd_state_bwd_kernel(
     every chunk, dH = exp(G_L) dH_next + C^T diag(exp(G)) dY. Like the forward scan, the
     gradient lives in its chunk buffer and the scaled dY goes through scratch, so every dot
     reads both operands from memory (the forward's state update, with C in place of B)."""
-    i_p = tl.program_id(0)
-    i_nb = tl.program_id(1)
     i_bh = tl.program_id(2)
     i_b, i_h = batch_head(i_bh, H)
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
-    o_bp = tl.arange(0, BP)
-    o_n = i_nb * BN + tl.arange(0, BN)
-    o_p = i_p * BP + o_bp
-    m_np = (o_n < N)[:, None] & (o_p < P)[None, :]
-    tile_off = o_n[:, None] * P + o_p[None, :]
-    program = (i_bh.to(tl.int64) * tl.num_programs(1) + i_nb) * tl.num_programs(0) + i_p
-    scratch = dys_ptr + program * C * BP
-
-    tile = tl.zeros([BN, BP], dtype=tl.float32)
-    if HAS_DHT:
-        tile += tl.load(dht_ptr + i_bh.to(tl.int64) * N * P + tile_off, mask=m_np, other=0.0)
-    tl.store(dh_ptr + ((i_b * NT + NT - 1) * H + i_h) * N * P + tile_off, tile, mask=m_np)
+    o_n, o_p, o_bp, scratch = _ssd_scan_start(
+        dht_ptr,
+        dh_ptr + ((i_b * NT + NT - 1) * H + i_h) * N * P,
+        dys_ptr,
+        i_bh,
+        N,
+        P,
+        C,
+        BN,
+        BP,
+        HAS_DHT,
+    )
     for step in range(0, NT):
         i_c = NT - 1 - step
         _t_idx, m_t, row = chunk_rows(i_b, i_h, i_c, T, H, C)

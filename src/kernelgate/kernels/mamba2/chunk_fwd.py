@@ -37,6 +37,41 @@ from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
 
 
+@triton.jit
+def _ssd_scan_start(
+    init_ptr,
+    state_ptr,
+    scratch_ptr,
+    i_bh,
+    N: tl.constexpr,
+    P: tl.constexpr,
+    C: tl.constexpr,
+    BN: tl.constexpr,
+    BP: tl.constexpr,
+    HAS_INIT: tl.constexpr,
+):
+    """How both scans (``_ssd_state_fwd_kernel`` and chunk_bwd's ``_ssd_state_bwd_kernel``)
+    open: this program's [BN, BP] tile of one head's state (rows o_n, columns o_p = o_bp
+    shifted), its own [C, BP] scratch, and the scan's starting tile stored at ``state_ptr``
+    (the initial state, or the final state's gradient, from ``init_ptr`` if HAS_INIT, else
+    zeros). Returns (o_n, o_p, o_bp, scratch)."""
+    i_p = tl.program_id(0)
+    i_nb = tl.program_id(1)
+    o_bp = tl.arange(0, BP)
+    o_n = i_nb * BN + tl.arange(0, BN)
+    o_p = i_p * BP + o_bp
+    m_np = (o_n < N)[:, None] & (o_p < P)[None, :]
+    tile_off = o_n[:, None] * P + o_p[None, :]
+    program = (i_bh.to(tl.int64) * tl.num_programs(1) + i_nb) * tl.num_programs(0) + i_p
+    scratch = scratch_ptr + program * C * BP
+
+    tile = tl.zeros([BN, BP], dtype=tl.float32)
+    if HAS_INIT:
+        tile += tl.load(init_ptr + i_bh.to(tl.int64) * N * P + tile_off, mask=m_np, other=0.0)
+    tl.store(state_ptr + tile_off, tile, mask=m_np)
+    return o_n, o_p, o_bp, scratch
+
+
 @triton.jit(do_not_specialize=["NT"])
 def _ssd_state_fwd_kernel(
     x_ptr,
@@ -68,24 +103,13 @@ def _ssd_state_fwd_kernel(
     this program's scratch: every dot reads both operands from memory and reduces over RC
     steps, the form that compiles without spills for fp32 on sm_90 (see gdn/chunk_fwd.py);
     CTA barriers order the steps."""
-    i_p = tl.program_id(0)
-    i_nb = tl.program_id(1)
     i_bh = tl.program_id(2)
     i_b, i_h = batch_head(i_bh, H)
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
-    o_bp = tl.arange(0, BP)
-    o_n = i_nb * BN + tl.arange(0, BN)
-    o_p = i_p * BP + o_bp
-    m_np = (o_n < N)[:, None] & (o_p < P)[None, :]
-    tile_off = o_n[:, None] * P + o_p[None, :]
-    program = (i_bh.to(tl.int64) * tl.num_programs(1) + i_nb) * tl.num_programs(0) + i_p
-    scratch = xs_ptr + program * C * BP
-
-    tile = tl.zeros([BN, BP], dtype=tl.float32)
-    if HAS_H0:
-        tile += tl.load(h0_ptr + i_bh.to(tl.int64) * N * P + tile_off, mask=m_np, other=0.0)
-    tl.store(h_ptr + (i_b * NT * H + i_h) * N * P + tile_off, tile, mask=m_np)
+    o_n, o_p, o_bp, scratch = _ssd_scan_start(
+        h0_ptr, h_ptr + (i_b * NT * H + i_h) * N * P, xs_ptr, i_bh, N, P, C, BN, BP, HAS_H0
+    )
     for i_c in range(0, NT):
         _t_idx, m_t, row = chunk_rows(i_b, i_h, i_c, T, H, C)
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_c, T, H, C)
