@@ -114,6 +114,43 @@ def _state_fwd_kernel(
 
 
 @triton.jit
+def _output_parts(
+    q_ptr,
+    k_ptr,
+    g_ptr,
+    h_base,
+    row,
+    m_t,
+    o_v,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    NK: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """The two parts of one chunk's output over K tiles, as GLA's and KDA's forward both
+    build them: (Q * exp(G)) H for the V tile o_v of the entering state at ``h_base``, and
+    P = sum_c q_ic k_jc exp(G_ic - G_jc) [j <= i] elementwise (see the module docstring).
+    Returns (acc [C, BV], scores [C, C])."""
+    o_c = tl.arange(0, C)
+    causal = o_c[:, None] >= o_c[None, :]
+    acc = tl.zeros([C, BV], dtype=tl.float32)
+    scores = tl.zeros([C, C], dtype=tl.float32)
+    for i_k in range(NK):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        g_cum, _ = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
+        b_q = load_tile(q_ptr, row, m_t, o_k, K)
+        b_k = load_tile(k_ptr, row, m_t, o_k, K)
+        b_h = load_tile(h_base, o_k, m_k, o_v, V)
+        acc += tl.dot(b_q * tl.exp(g_cum.to(tl.float32)), b_h, input_precision=PREC)
+        scores += tl.sum(b_q[:, None, :] * b_k[None, :, :] * _pair_decay(g_cum, causal), axis=2)
+    return acc, scores
+
+
+@triton.jit
 def _output_fwd_kernel(
     q_ptr,
     k_ptr,
@@ -139,23 +176,12 @@ def _output_fwd_kernel(
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
     i_b, i_h = batch_head(i_bh, H)
-    o_c = tl.arange(0, C)
     o_v = i_v * BV + tl.arange(0, BV)
     _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
-    causal = o_c[:, None] >= o_c[None, :]
-
-    acc = tl.zeros([C, BV], dtype=tl.float32)
-    scores = tl.zeros([C, C], dtype=tl.float32)
-    for i_k in range(NK):
-        o_k = i_k * BK + tl.arange(0, BK)
-        m_k = o_k < K
-        g_cum, _ = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        b_q = load_tile(q_ptr, row, m_t, o_k, K)
-        b_k = load_tile(k_ptr, row, m_t, o_k, K)
-        b_h = load_tile(h_base, o_k, m_k, o_v, V)
-        acc += tl.dot(b_q * tl.exp(g_cum.to(tl.float32)), b_h, input_precision=PREC)
-        scores += tl.sum(b_q[:, None, :] * b_k[None, :, :] * _pair_decay(g_cum, causal), axis=2)
+    acc, scores = _output_parts(
+        q_ptr, k_ptr, g_ptr, h_base, row, m_t, o_v, K, V, C, BK, BV, NK, PREC
+    )
     b_v = load_tile(v_ptr, row, m_t, o_v, V)
     b_o = (acc + tl.dot(scores, b_v, input_precision=PREC)) * scale
     store_tile(o_ptr, row, m_t, o_v, V, b_o)

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile, store_tile
-from kernelgate.kernels.gla.chunk_fwd import _gate_cumsum, _pair_decay
+from kernelgate.kernels.gla.chunk_fwd import _gate_cumsum, _output_parts, _pair_decay
 
 
 @triton.jit
@@ -261,19 +261,9 @@ def _output_fwd_kernel(
     o_v = i_v * BV + tl.arange(0, BV)
     _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
-    causal = o_c[:, None] >= o_c[None, :]
-
-    acc = tl.zeros([C, BV], dtype=tl.float32)
-    scores = tl.zeros([C, C], dtype=tl.float32)
-    for i_k in range(NK):
-        o_k = i_k * BK + tl.arange(0, BK)
-        m_k = o_k < K
-        g_cum, _ = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        b_q = load_tile(q_ptr, row, m_t, o_k, K)
-        b_k = load_tile(k_ptr, row, m_t, o_k, K)
-        b_h = load_tile(h_base, o_k, m_k, o_v, V)
-        acc += tl.dot(b_q * tl.exp(g_cum.to(tl.float32)), b_h, input_precision=PREC)
-        scores += tl.sum(b_q[:, None, :] * b_k[None, :, :] * _pair_decay(g_cum, causal), axis=2)
+    acc, scores = _output_parts(
+        q_ptr, k_ptr, g_ptr, h_base, row, m_t, o_v, K, V, C, BK, BV, NK, PREC
+    )
     if i_v == 0:  # one writer per chunk
         tl.store(scores_ptr + row[:, None] * C + o_c[None, :], scores, mask=m_t[:, None])
     b_vn = load_tile(vn_ptr, row, m_t, o_v, V)
