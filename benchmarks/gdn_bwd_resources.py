@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,6 +48,7 @@ except ImportError:  # run from a checkout without installing it
     sys.path.insert(0, str(ROOT / "src"))
 
 import torch.nn.functional as F  # noqa: E402
+from _offline_compile import compile_offline, triton_sites  # noqa: E402
 
 from kernelgate.kernels.gdn import chunk_gated_delta_rule  # noqa: E402
 from kernelgate.sandbox.resources import LaunchRecorder  # noqa: E402
@@ -80,11 +80,6 @@ FORWARD_CASES = tuple(
     for dtype in (torch.float32, torch.bfloat16)
     for heads in (1, 2)
     for with_h0 in (False, True)
-)
-_COMPILE = (
-    "import json, sys, triton\n"
-    "from kernelgate.sandbox.resources import compile_records\n"
-    "print(json.dumps([triton.__version__, compile_records(sys.argv[1], json.load(sys.stdin))]))\n"
 )
 
 
@@ -177,27 +172,6 @@ def records_from_evidence(path: Path) -> list[dict]:
     return records
 
 
-def compile_offline(records: list[dict], triton_site: str | None) -> tuple[str, list[dict]]:
-    """(Triton version, one result per record) from a fresh process without the interpreter,
-    with ``triton_site`` first on its path when given."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    paths = ([triton_site] if triton_site else []) + [str(ROOT / "src")]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    done = subprocess.run(
-        [sys.executable, "-c", _COMPILE, str(ROOT / "examples" / "gdn_backward" / "candidate.py")],
-        input=json.dumps(records),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=3000,
-        check=False,
-    )
-    if done.returncode != 0:
-        sys.exit(done.stderr[-3000:])
-    version, results = json.loads(done.stdout.strip().splitlines()[-1])
-    return version, results
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--triton36", default="/tmp/tr36site", help="folder holding Triton 3.6")
@@ -224,10 +198,12 @@ def main() -> None:
         records = record_launches(args.forward)
     rows = []
     timings = {}
-    sites = [None] + ([args.triton36] if args.triton36 and Path(args.triton36).is_dir() else [])
+    sites = triton_sites(args.triton36)
     for site in sites:
         started = time.monotonic()
-        version, results = compile_offline(records, site)
+        version, results = compile_offline(
+            records, ROOT / "examples" / "gdn_backward" / "candidate.py", site
+        )
         timings[version] = round(time.monotonic() - started, 1)
         for record, result in zip(records, results, strict=True):
             constexprs = record["constexprs"]

@@ -6,7 +6,10 @@ at the examples' K = V = 32, compiles each specialization offline for sm_90 in a
 without the interpreter (kernelgate.sandbox.resources.compile_records, as
 tests/kernels/test_gdn.py does for gdn), and prints registers and ptxas spill-store bytes.
 
-    PYTHONPATH=src python benchmarks/gla_kda_resources.py [--json OUT]
+    PYTHONPATH=src python benchmarks/gla_kda_resources.py [--triton36 /tmp/tr36site] [--json OUT]
+
+``--triton36`` names a folder holding Triton 3.6.0, compiled with as well (first on the compile
+process's PYTHONPATH, as benchmarks/gdn_bwd_resources.py does): the device runs 3.6.
 """
 
 from __future__ import annotations
@@ -14,24 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"  # before any kernel is defined
 
 import torch
 import torch.nn.functional as F
+from _offline_compile import compile_offline, triton_sites
 
 from kernelgate.kernels.gla import chunk_gla
 from kernelgate.kernels.kda import chunk_kda
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPILE_SCRIPT = (
-    "import json, sys\n"
-    "from kernelgate.sandbox.resources import compile_records\n"
-    "print(json.dumps(compile_records(sys.argv[1], json.load(sys.stdin))))\n"
-)
 CASES = ((128, torch.bfloat16), (128, torch.float32), (32, torch.float32))
 
 
@@ -65,46 +62,33 @@ def record_launches(member: str) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--triton36", default="/tmp/tr36site", help="folder holding Triton 3.6")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     rows = []
     for member in ("gla", "kda"):
         records = record_launches(member)
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                COMPILE_SCRIPT,
-                str(ROOT / "examples" / member / "candidate.py"),
-            ],
-            input=json.dumps(records),
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=1200,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise SystemExit(done.stderr[-3000:])
-        results = json.loads(done.stdout.strip().splitlines()[-1])
-        for record, result in zip(records, results, strict=True):
-            rows.append(
-                {
-                    "member": member,
-                    "kernel": result.get("name", record["name"]),
-                    "K": record["constexprs"].get("K"),
-                    "PREC": record["constexprs"].get("PREC"),
-                    "registers": result.get("registers"),
-                    "spill_bytes": result.get("spill_bytes"),
-                    "shared_bytes": result.get("shared"),
-                    "error": result.get("error"),
-                }
-            )
+        candidate = ROOT / "examples" / member / "candidate.py"
+        for site in triton_sites(args.triton36):
+            version, results = compile_offline(records, candidate, site, timeout=1200)
+            for record, result in zip(records, results, strict=True):
+                rows.append(
+                    {
+                        "triton": version,
+                        "member": member,
+                        "kernel": result.get("name", record["name"]),
+                        "K": record["constexprs"].get("K"),
+                        "PREC": record["constexprs"].get("PREC"),
+                        "registers": result.get("registers"),
+                        "spill_bytes": result.get("spill_bytes"),
+                        "shared_bytes": result.get("shared"),
+                        "error": result.get("error"),
+                    }
+                )
     for row in rows:
         print(
-            f"{row['member']:4} {row['kernel']:22} K={row['K']:<4} {row['PREC']:5} "
-            f"regs={row['registers']} spill={row['spill_bytes']} "
+            f"triton {row['triton']:6} {row['member']:4} {row['kernel']:22} K={row['K']:<4} "
+            f"{row['PREC']:5} regs={row['registers']} spill={row['spill_bytes']} "
             f"{'ERROR ' + str(row['error'])[:200] if row['error'] else ''}"
         )
     if args.json:

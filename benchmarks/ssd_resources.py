@@ -7,7 +7,10 @@ compile the recorded launches for sm_90 in a process without the interpreter
 bytes per kernel. Not a test: the offline compile of the twelve launches takes minutes on a
 shared two-core machine, well past the suite's budget for one kernel family.
 
-    PYTHONPATH=src python3 benchmarks/ssd_resources.py [--out FILE.json]
+    PYTHONPATH=src python3 benchmarks/ssd_resources.py [--triton36 /tmp/tr36site] [--out FILE.json]
+
+``--triton36`` names a folder holding Triton 3.6.0, compiled with as well (first on the compile
+process's PYTHONPATH, as benchmarks/gdn_bwd_resources.py does): the device runs 3.6.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +32,8 @@ try:
 except ImportError:  # run from a checkout without installing it
     sys.path.insert(0, str(ROOT / "src"))
 
+from _offline_compile import compile_offline, triton_sites  # noqa: E402
+
 from kernelgate.kernels.mamba2 import chunk_ssd  # noqa: E402
 from kernelgate.sandbox.resources import LaunchRecorder  # noqa: E402
 
@@ -38,11 +42,6 @@ SHAPES = (
     (1, 128, 2, 1, 128, 64, torch.bfloat16),
     (1, 128, 2, 1, 128, 64, torch.float32),
     (1, 130, 2, 1, 32, 32, torch.float32),
-)
-_COMPILE = (
-    "import json, sys\n"
-    "from kernelgate.sandbox.resources import compile_records\n"
-    "print(json.dumps(compile_records(sys.argv[1], json.load(sys.stdin))))\n"
 )
 
 
@@ -69,38 +68,31 @@ def record_launches() -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--triton36", default="/tmp/tr36site", help="folder holding Triton 3.6")
     parser.add_argument("--out", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
     records = record_launches()
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-c", _COMPILE, str(ROOT / "examples" / "mamba2" / "candidate.py")],
-        input=json.dumps(records),
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if done.returncode != 0:
-        sys.exit(done.stderr[-2000:])
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    candidate = ROOT / "examples" / "mamba2" / "candidate.py"
     rows = []
-    for record, result in zip(records, results, strict=True):
-        constexprs = record["constexprs"]
-        rows.append(
-            {
-                "kernel": result.get("name"),
-                "N": constexprs.get("N"),
-                "P": constexprs.get("P"),
-                "precision": constexprs.get("PREC"),
-                "registers": result.get("registers"),
-                "spill_bytes": result.get("spill_bytes"),
-                "error": result.get("error"),
-            }
-        )
-        print(json.dumps(rows[-1]))
-    print(f"offline compile of {len(records)} launches: {time.monotonic() - started:.0f} s")
+    for site in triton_sites(args.triton36):
+        started = time.monotonic()
+        version, results = compile_offline(records, candidate, site)
+        for record, result in zip(records, results, strict=True):
+            constexprs = record["constexprs"]
+            rows.append(
+                {
+                    "triton": version,
+                    "kernel": result.get("name"),
+                    "N": constexprs.get("N"),
+                    "P": constexprs.get("P"),
+                    "precision": constexprs.get("PREC"),
+                    "registers": result.get("registers"),
+                    "spill_bytes": result.get("spill_bytes"),
+                    "error": result.get("error"),
+                }
+            )
+            print(json.dumps(rows[-1]))
+        print(f"triton {version}: {len(records)} launches in {time.monotonic() - started:.0f} s")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernelgate.kernels._tiles import batch_head, chunk_base, chunk_rows
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
 
 
@@ -84,8 +85,7 @@ def _state_bwd_kernel(
     and every dot reads both operands from memory."""
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rk = tl.arange(0, RK)
     o_rc = tl.arange(0, RC)
@@ -109,8 +109,7 @@ def _state_bwd_kernel(
     tl.debug_barrier()
     for step in range(0, NT):
         i_n = NT - 1 - step
-        m_t = i_n * C + o_c < T
-        chunk_row = (i_b * T + i_n * C) * H + i_h
+        m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
         m_tv = m_t[:, None] & m_v[None, :]
         dh_base = dh_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C)
@@ -266,11 +265,9 @@ def _dscores_bwd_kernel(
     The sum over V reduces RV (<= 32) columns per dot, both operands loaded from memory."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    m_t = i_n * C + o_c < T
-    chunk_row = (i_b * T + i_n * C) * H + i_h
+    m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
 
     acc_dov = tl.zeros([C, C], dtype=tl.float32)  # dO Vn^T
     for v0 in range(0, V_END, RV):
@@ -338,15 +335,13 @@ def _qk_bwd_kernel(
     i_kb = tl.program_id(0)
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
     o_k = i_kb * BK + tl.arange(0, BK)
     m_k = o_k < K
-    m_t = i_n * C + o_c < T
+    m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
     m_tk = m_t[:, None] & m_k[None, :]
-    chunk_row = (i_b * T + i_n * C) * H + i_h
     ck_off = chunk_row * K + o_c[:, None] * (H * K) + o_k[None, :]  # [C, BK] rows of the chunk
     state_base = ((i_b * NT + i_n) * H + i_h) * K * V
 
@@ -489,12 +484,10 @@ def _wy_da_bwd_kernel(
     and re-read by this program in the order a CTA barrier enforces."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
-    m_t = i_n * C + o_c < T
-    chunk_row = (i_b * T + i_n * C) * H + i_h
+    m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
     cc_off = chunk_row * C + o_c[:, None] * (H * C) + o_c[None, :]  # [C, C] of this chunk
     # K K^T, then dTinv = dU (diag(beta) V)^T + dW (diag(beta gamma) K)^T: one [C, C]
     # accumulator at a time, each stored before the next is built.
@@ -599,6 +592,47 @@ def _wy_da_bwd_kernel(
     tl.store(dtinv_ptr + cc_off, p * beta[:, None], mask=m_t[:, None])
 
 
+@triton.jit
+def _tinv_t_dot(
+    ainv_ptr,
+    x_ptr,
+    chunk_row,
+    i_n,
+    T,
+    o_d,
+    m_d,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    C: tl.constexpr,
+    RC: tl.constexpr,
+    BD: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Tinv^T X [C, BD] for one chunk (int64 base row ``chunk_row``) and the column tile o_d
+    (masked by m_d) of X, a [B, T, H, D] tensor: a loop of dots over RC chunk steps with both
+    operands loaded from memory, the form that keeps registers small (chunk_fwd.py's module
+    docstring). _wy_dkv_bwd_kernel's dk (X = dW) and dv (X = dU) branches both need it."""
+    o_c = tl.arange(0, C)
+    o_rc = tl.arange(0, RC)
+    m_t = i_n * C + o_c < T
+    acc = tl.zeros([C, BD], dtype=tl.float32)
+    for i_c in range(0, C // RC):
+        o_j = i_c * RC + o_rc
+        m_j = i_n * C + o_j < T
+        b_tinv_t = tl.load(
+            ainv_ptr + chunk_row * C + o_j[None, :] * (H * C) + o_c[:, None],
+            mask=m_j[None, :] & m_t[:, None],
+            other=0.0,
+        )
+        b_x = tl.load(
+            x_ptr + chunk_row * D + o_j[:, None] * (H * D) + o_d[None, :],
+            mask=m_j[:, None] & m_d[None, :],
+            other=0.0,
+        )
+        acc += tl.dot(b_tinv_t, b_x, input_precision=PREC)
+    return acc
+
+
 @triton.jit(do_not_specialize=["T", "B", "NKT"])  # see _NO_SPECIALIZE
 def _wy_dkv_bwd_kernel(
     k_ptr,
@@ -633,12 +667,10 @@ def _wy_dkv_bwd_kernel(
     i_tile = tl.program_id(0)
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
-    m_t = i_n * C + o_c < T
-    chunk_row = (i_b * T + i_n * C) * H + i_h
+    m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
     beta = tl.load(beta_ptr + chunk_row + o_c * H, mask=m_t, other=0.0).to(tl.float32)
     part_row = (i_tile * B + i_b) * T + i_n * C + o_c  # [NKT + NVT, B, T, H] layout
     if i_tile < NKT:
@@ -646,21 +678,7 @@ def _wy_dkv_bwd_kernel(
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
         ck_off = chunk_row * K + o_c[:, None] * (H * K) + o_k[None, :]
-        acc = tl.zeros([C, BK], dtype=tl.float32)  # Tinv^T dW
-        for i_c in range(0, C // RC):
-            o_j = i_c * RC + o_rc
-            m_j = i_n * C + o_j < T
-            b_tinv_t = tl.load(
-                ainv_ptr + chunk_row * C + o_j[None, :] * (H * C) + o_c[:, None],
-                mask=m_j[None, :] & m_t[:, None],
-                other=0.0,
-            )
-            b_dw = tl.load(
-                dw_ptr + chunk_row * K + o_j[:, None] * (H * K) + o_k[None, :],
-                mask=m_j[:, None] & m_k[None, :],
-                other=0.0,
-            )
-            acc += tl.dot(b_tinv_t, b_dw, input_precision=PREC)
+        acc = _tinv_t_dot(ainv_ptr, dw_ptr, chunk_row, i_n, T, o_k, m_k, H, K, C, RC, BK, PREC)
         g_cum, _ = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C)
         gamma = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0)
         b_k = tl.load(k_ptr + ck_off, mask=m_tk, other=0.0).to(tl.float32)
@@ -701,21 +719,7 @@ def _wy_dkv_bwd_kernel(
         m_tv = m_t[:, None] & m_v[None, :]
         cv_off = chunk_row * V + o_c[:, None] * (H * V) + o_v[None, :]
         # its own names: a value bound in both branches must have one type, and BK != BV
-        acc_v = tl.zeros([C, BV], dtype=tl.float32)  # Tinv^T dU
-        for i_c in range(0, C // RC):
-            o_j = i_c * RC + o_rc
-            m_j = i_n * C + o_j < T
-            b_tinv_tv = tl.load(
-                ainv_ptr + chunk_row * C + o_j[None, :] * (H * C) + o_c[:, None],
-                mask=m_j[None, :] & m_t[:, None],
-                other=0.0,
-            )
-            b_du = tl.load(
-                dvn_ptr + chunk_row * V + o_j[:, None] * (H * V) + o_v[None, :],
-                mask=m_j[:, None] & m_v[None, :],
-                other=0.0,
-            )
-            acc_v += tl.dot(b_tinv_tv, b_du, input_precision=PREC)
+        acc_v = _tinv_t_dot(ainv_ptr, dvn_ptr, chunk_row, i_n, T, o_v, m_v, H, V, C, RC, BV, PREC)
         b_v = tl.load(v_ptr + cv_off, mask=m_tv, other=0.0).to(tl.float32)
         tl.store(dbeta_part_ptr + part_row * H + i_h, tl.sum(b_v * acc_v, axis=1), mask=m_t)
         # Exact zeros as +0: the gradient of an input used at every step is, in autograd of
@@ -753,12 +757,9 @@ def _gate_bwd_kernel(
     every g of the chunk."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     d_beta = tl.load(dbeta_a_ptr + row, mask=m_t, other=0.0)
     d_gcum = tl.load(dgcum_a_ptr + row, mask=m_t, other=0.0)
     d_gcum += tl.load(dgcum_scores_ptr + row, mask=m_t, other=0.0)

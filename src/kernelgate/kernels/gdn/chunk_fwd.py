@@ -70,6 +70,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernelgate.kernels._tiles import batch_head, chunk_base, chunk_rows
+
 
 @triton.jit
 def _decay(g_rows, g_cols, valid):
@@ -147,12 +149,9 @@ def _wy_fwd_kernel(
     """
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
 
     g = tl.load(g_ptr + row, mask=m_t, other=0.0).to(tl.float64)
     g_cum = tl.cumsum(g, axis=0)
@@ -226,12 +225,8 @@ def _wy_apply_fwd_kernel(
     V are two launches of this kernel."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
-    o_c = tl.arange(0, C)
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    i_b, i_h = batch_head(i_bh, H)
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     o_rc = tl.arange(0, RC)
     for d0 in range(0, D_END, BD):
         o_d = d0 + tl.arange(0, BD)
@@ -292,8 +287,7 @@ def _state_fwd_kernel(
     stay loops."""
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rk = tl.arange(0, RK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -316,9 +310,8 @@ def _state_fwd_kernel(
         )
     tl.debug_barrier()
     for i_n in range(0, NT):
-        m_t = i_n * C + o_c < T
         # a scalar int64 base of the chunk and int32 offsets inside it (see _output_fwd_kernel)
-        chunk_row = (i_b * T + i_n * C) * H + i_h
+        m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
         w_base = w_ptr + chunk_row * K
         off_v = o_c[:, None] * (H * V) + o_v[None, :]
         m_tv = m_t[:, None] & m_v[None, :]
@@ -472,14 +465,12 @@ def _output_fwd_kernel(
     Triton 3.6 and 3.9); the sum is the same expression on the same fp32 values as before."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
-    m_t = i_n * C + o_c < T
     # Scalar int64 bases of this chunk and int32, constexpr-strided offsets inside it keep
     # the per-element address arithmetic (and its registers) small.
-    chunk_row = (i_b * T + i_n * C) * H + i_h
+    m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
     q_base = q_ptr + chunk_row * K
     k_base = k_ptr + chunk_row * K
     vn_base = vn_ptr + chunk_row * V

@@ -25,7 +25,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernelgate.kernels.gla.chunk_fwd import _gate_cumsum, _load_tile, _pair_decay
+from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile, store_tile
+from kernelgate.kernels.gla.chunk_fwd import _gate_cumsum, _pair_decay
 
 
 @triton.jit
@@ -53,9 +54,7 @@ def _state_bwd_kernel(
     i_k = tl.program_id(0)
     i_v = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
-    o_c = tl.arange(0, C)
+    i_b, i_h = batch_head(i_bh, H)
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k = o_k < K
@@ -68,12 +67,10 @@ def _state_bwd_kernel(
     for step in range(0, NT):
         i_n = NT - 1 - step
         tl.store(dh_ptr + ((i_b * NT + i_n) * H + i_h) * K * V + kv_off, d_state, mask=m_kv)
-        t_idx = i_n * C + o_c
-        m_t = t_idx < T
-        row = (i_b * T + t_idx) * H + i_h
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
         g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        b_q = _load_tile(q_ptr, row, m_t, o_k, K) * tl.exp(g_cum.to(tl.float32))
-        b_do = _load_tile(do_ptr, row, m_t, o_v, V)
+        b_q = load_tile(q_ptr, row, m_t, o_k, K) * tl.exp(g_cum.to(tl.float32))
+        b_do = load_tile(do_ptr, row, m_t, o_v, V)
         d_state = d_state * tl.exp(g_last.to(tl.float32))[:, None]
         d_state += tl.dot(tl.trans(b_q), b_do, input_precision=PREC) * scale
     if STORE_DH0:
@@ -105,13 +102,10 @@ def _dv_bwd_kernel(
     i_v = tl.program_id(0)
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_v = i_v * BV + tl.arange(0, BV)
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     dh_base = dh_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
     causal = o_c[:, None] >= o_c[None, :]
 
@@ -121,23 +115,15 @@ def _dv_bwd_kernel(
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
         g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        b_q = _load_tile(q_ptr, row, m_t, o_k, K)
-        b_k = _load_tile(k_ptr, row, m_t, o_k, K)
-        b_dh = tl.load(
-            dh_base + o_k[:, None] * V + o_v[None, :],
-            mask=m_k[:, None] & (o_v < V)[None, :],
-            other=0.0,
-        )
+        b_q = load_tile(q_ptr, row, m_t, o_k, K)
+        b_k = load_tile(k_ptr, row, m_t, o_k, K)
+        b_dh = load_tile(dh_base, o_k, m_k, o_v, V)
         k_decay = b_k * tl.exp((g_last[None, :] - g_cum).to(tl.float32))
         acc += tl.dot(k_decay, b_dh, input_precision=PREC)
         scores += tl.sum(b_q[:, None, :] * b_k[None, :, :] * _pair_decay(g_cum, causal), axis=2)
-    b_do = _load_tile(do_ptr, row, m_t, o_v, V)
+    b_do = load_tile(do_ptr, row, m_t, o_v, V)
     b_dv = acc + tl.dot(tl.trans(scores), b_do, input_precision=PREC) * scale
-    tl.store(
-        dv_ptr + row[:, None] * V + o_v[None, :],
-        b_dv.to(dv_ptr.dtype.element_ty),
-        mask=m_t[:, None] & (o_v < V)[None, :],
-    )
+    store_tile(dv_ptr, row, m_t, o_v, V, b_dv)
 
 
 @triton.jit
@@ -169,14 +155,11 @@ def _dqk_bwd_kernel(
     i_k = tl.program_id(0)
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     state_base = ((i_b * NT + i_n) * H + i_h) * K * V
     causal = o_c[:, None] >= o_c[None, :]
 
@@ -190,8 +173,8 @@ def _dqk_bwd_kernel(
         kv_off = o_k[:, None] * V + o_v[None, :]
         b_h = tl.load(h_ptr + state_base + kv_off, mask=m_kv, other=0.0)
         b_dh = tl.load(dh_ptr + state_base + kv_off, mask=m_kv, other=0.0)
-        b_v = _load_tile(v_ptr, row, m_t, o_v, V)
-        b_do = _load_tile(do_ptr, row, m_t, o_v, V)
+        b_v = load_tile(v_ptr, row, m_t, o_v, V)
+        b_do = load_tile(do_ptr, row, m_t, o_v, V)
         acc_doh += tl.dot(b_do, tl.trans(b_h), input_precision=PREC)
         acc_vdh += tl.dot(b_v, tl.trans(b_dh), input_precision=PREC)
         acc_hdh += tl.sum(b_h * b_dh, axis=1)
@@ -199,8 +182,8 @@ def _dqk_bwd_kernel(
     d_scores = tl.where(causal, d_scores * scale, 0.0)
 
     g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-    b_q = _load_tile(q_ptr, row, m_t, o_k, K)
-    b_k = _load_tile(k_ptr, row, m_t, o_k, K)
+    b_q = load_tile(q_ptr, row, m_t, o_k, K)
+    b_k = load_tile(k_ptr, row, m_t, o_k, K)
     decay = _pair_decay(g_cum, causal)
     b_dq = acc_doh * tl.exp(g_cum.to(tl.float32)) * scale
     b_dq += tl.sum(d_scores[:, :, None] * b_k[None, :, :] * decay, axis=1)

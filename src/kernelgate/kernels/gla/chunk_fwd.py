@@ -40,6 +40,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile, store_tile
+
 
 @triton.jit
 def _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K: tl.constexpr, C: tl.constexpr):
@@ -61,14 +63,6 @@ def _pair_decay(g_cum, valid):
     valid3 = valid[:, :, None]
     diff = tl.where(valid3, g_cum[:, None, :] - g_cum[None, :, :], 0.0)
     return tl.where(valid3, tl.exp(diff.to(tl.float32)), 0.0)
-
-
-@triton.jit
-def _load_tile(ptr, row, m_t, o_d, D: tl.constexpr):
-    """Rows ``row`` (masked by m_t), columns o_d (< D) of a [*, D] row-major tensor, as fp32."""
-    return tl.load(
-        ptr + row[:, None] * D + o_d[None, :], mask=m_t[:, None] & (o_d < D)[None, :], other=0.0
-    ).to(tl.float32)
 
 
 @triton.jit
@@ -96,9 +90,7 @@ def _state_fwd_kernel(
     i_k = tl.program_id(0)
     i_v = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
-    o_c = tl.arange(0, C)
+    i_b, i_h = batch_head(i_bh, H)
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k = o_k < K
@@ -110,17 +102,52 @@ def _state_fwd_kernel(
         state += tl.load(h0_ptr + i_bh.to(tl.int64) * K * V + kv_off, mask=m_kv, other=0.0)
     for i_n in range(0, NT):
         tl.store(h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V + kv_off, state, mask=m_kv)
-        t_idx = i_n * C + o_c
-        m_t = t_idx < T
-        row = (i_b * T + t_idx) * H + i_h
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
         g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        b_k = _load_tile(k_ptr, row, m_t, o_k, K)
-        b_v = _load_tile(v_ptr, row, m_t, o_v, V)
+        b_k = load_tile(k_ptr, row, m_t, o_k, K)
+        b_v = load_tile(v_ptr, row, m_t, o_v, V)
         k_decay = b_k * tl.exp((g_last[None, :] - g_cum).to(tl.float32))
         state = state * tl.exp(g_last.to(tl.float32))[:, None]
         state += tl.dot(tl.trans(k_decay), b_v, input_precision=PREC)
     if STORE_HT:
         tl.store(ht_ptr + i_bh.to(tl.int64) * K * V + kv_off, state, mask=m_kv)
+
+
+@triton.jit
+def _output_parts(
+    q_ptr,
+    k_ptr,
+    g_ptr,
+    h_base,
+    row,
+    m_t,
+    o_v,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    NK: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """The two parts of one chunk's output over K tiles, as GLA's and KDA's forward both
+    build them: (Q * exp(G)) H for the V tile o_v of the entering state at ``h_base``, and
+    P = sum_c q_ic k_jc exp(G_ic - G_jc) [j <= i] elementwise (see the module docstring).
+    Returns (acc [C, BV], scores [C, C])."""
+    o_c = tl.arange(0, C)
+    causal = o_c[:, None] >= o_c[None, :]
+    acc = tl.zeros([C, BV], dtype=tl.float32)
+    scores = tl.zeros([C, C], dtype=tl.float32)
+    for i_k in range(NK):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        g_cum, _ = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
+        b_q = load_tile(q_ptr, row, m_t, o_k, K)
+        b_k = load_tile(k_ptr, row, m_t, o_k, K)
+        b_h = load_tile(h_base, o_k, m_k, o_v, V)
+        acc += tl.dot(b_q * tl.exp(g_cum.to(tl.float32)), b_h, input_precision=PREC)
+        scores += tl.sum(b_q[:, None, :] * b_k[None, :, :] * _pair_decay(g_cum, causal), axis=2)
+    return acc, scores
 
 
 @triton.jit
@@ -148,35 +175,13 @@ def _output_fwd_kernel(
     i_v = tl.program_id(0)
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
-    o_c = tl.arange(0, C)
+    i_b, i_h = batch_head(i_bh, H)
     o_v = i_v * BV + tl.arange(0, BV)
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
-    causal = o_c[:, None] >= o_c[None, :]
-
-    acc = tl.zeros([C, BV], dtype=tl.float32)
-    scores = tl.zeros([C, C], dtype=tl.float32)
-    for i_k in range(NK):
-        o_k = i_k * BK + tl.arange(0, BK)
-        m_k = o_k < K
-        g_cum, _ = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        b_q = _load_tile(q_ptr, row, m_t, o_k, K)
-        b_k = _load_tile(k_ptr, row, m_t, o_k, K)
-        b_h = tl.load(
-            h_base + o_k[:, None] * V + o_v[None, :],
-            mask=m_k[:, None] & (o_v < V)[None, :],
-            other=0.0,
-        )
-        acc += tl.dot(b_q * tl.exp(g_cum.to(tl.float32)), b_h, input_precision=PREC)
-        scores += tl.sum(b_q[:, None, :] * b_k[None, :, :] * _pair_decay(g_cum, causal), axis=2)
-    b_v = _load_tile(v_ptr, row, m_t, o_v, V)
-    b_o = (acc + tl.dot(scores, b_v, input_precision=PREC)) * scale
-    tl.store(
-        o_ptr + row[:, None] * V + o_v[None, :],
-        b_o.to(o_ptr.dtype.element_ty),
-        mask=m_t[:, None] & (o_v < V)[None, :],
+    acc, scores = _output_parts(
+        q_ptr, k_ptr, g_ptr, h_base, row, m_t, o_v, K, V, C, BK, BV, NK, PREC
     )
+    b_v = load_tile(v_ptr, row, m_t, o_v, V)
+    b_o = (acc + tl.dot(scores, b_v, input_precision=PREC)) * scale
+    store_tile(o_ptr, row, m_t, o_v, V, b_o)

@@ -31,7 +31,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernelgate.kernels.gla.chunk_fwd import _gate_cumsum, _load_tile, _pair_decay
+from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile, store_tile
+from kernelgate.kernels.gla.chunk_fwd import _gate_cumsum, _pair_decay
 
 
 @triton.jit(do_not_specialize=["NT", "K_END"])  # a loop count of 1 must stay a loop
@@ -65,8 +66,7 @@ def _state_bwd_kernel(
     row tiles of RK, with a CTA barrier between steps."""
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_rk = tl.arange(0, RK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -83,27 +83,21 @@ def _state_bwd_kernel(
     tl.debug_barrier()
     for step in range(0, NT):
         i_n = NT - 1 - step
-        t_idx = i_n * C + o_c
-        m_t = t_idx < T
-        row = (i_b * T + t_idx) * H + i_h
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
         dh_base = dh_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
-        b_do = _load_tile(do_ptr, row, m_t, o_v, V)
-        scores = _load_tile(scores_ptr, row, m_t, o_c, C)
+        b_do = load_tile(do_ptr, row, m_t, o_v, V)
+        scores = load_tile(scores_ptr, row, m_t, o_c, C)
         b_dvn = tl.dot(tl.trans(scores), b_do, input_precision=PREC) * scale
         for k0 in range(0, K_END, RK):
             o_k = k0 + o_rk
             m_k = o_k < K
             g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-            k_decay = _load_tile(k_ptr, row, m_t, o_k, K) * tl.exp(
+            k_decay = load_tile(k_ptr, row, m_t, o_k, K) * tl.exp(
                 (g_last[None, :] - g_cum).to(tl.float32)
             )
-            b_dh = tl.load(
-                dh_base + o_k[:, None] * V + o_v[None, :],
-                mask=m_k[:, None] & m_v[None, :],
-                other=0.0,
-            )
+            b_dh = load_tile(dh_base, o_k, m_k, o_v, V)
             b_dvn += tl.dot(k_decay, b_dh, input_precision=PREC)
-        tl.store(dvn_ptr + row[:, None] * V + o_v[None, :], b_dvn, mask=m_t[:, None] & m_v[None, :])
+        store_tile(dvn_ptr, row, m_t, o_v, V, b_dvn)
         if i_n > 0:
             _state_bwd_step(
                 q_ptr,
@@ -174,8 +168,8 @@ def _state_bwd_step(
         m_kv = m_k[:, None] & (o_v < V)[None, :]
         kv_off = o_k[:, None] * V + o_v[None, :]
         g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        b_q = _load_tile(q_ptr, row, m_t, o_k, K) * tl.exp(g_cum.to(tl.float32))
-        b_w = _load_tile(w_ptr, row, m_t, o_k, K)
+        b_q = load_tile(q_ptr, row, m_t, o_k, K) * tl.exp(g_cum.to(tl.float32))
+        b_w = load_tile(w_ptr, row, m_t, o_k, K)
         b_dh = tl.load(src + kv_off, mask=m_kv, other=0.0) * tl.exp(g_last.to(tl.float32))[:, None]
         b_dh += tl.dot(tl.trans(b_q), b_do, input_precision=PREC) * scale
         b_dh -= tl.dot(tl.trans(b_w), b_dvn, input_precision=PREC)
@@ -214,14 +208,11 @@ def _dqk_bwd_kernel(
     i_k = tl.program_id(0)
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_k = i_k * BK + tl.arange(0, BK)
     m_k = o_k < K
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     state_base = ((i_b * NT + i_n) * H + i_h) * K * V
     causal = o_c[:, None] >= o_c[None, :]
 
@@ -236,9 +227,9 @@ def _dqk_bwd_kernel(
         kv_off = o_k[:, None] * V + o_v[None, :]
         b_h = tl.load(h_ptr + state_base + kv_off, mask=m_kv, other=0.0)
         b_dh = tl.load(dh_ptr + state_base + kv_off, mask=m_kv, other=0.0)
-        b_vn = _load_tile(vn_ptr, row, m_t, o_v, V)
-        b_dvn = _load_tile(dvn_ptr, row, m_t, o_v, V)
-        b_do = _load_tile(do_ptr, row, m_t, o_v, V)
+        b_vn = load_tile(vn_ptr, row, m_t, o_v, V)
+        b_dvn = load_tile(dvn_ptr, row, m_t, o_v, V)
+        b_do = load_tile(do_ptr, row, m_t, o_v, V)
         acc_doh += tl.dot(b_do, tl.trans(b_h), input_precision=PREC)
         acc_vdh += tl.dot(b_vn, tl.trans(b_dh), input_precision=PREC)
         acc_dw += tl.dot(b_dvn, tl.trans(b_h), input_precision=PREC)
@@ -247,8 +238,8 @@ def _dqk_bwd_kernel(
     d_scores = tl.where(causal, d_scores * scale, 0.0)
 
     g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-    b_q = _load_tile(q_ptr, row, m_t, o_k, K)
-    b_k = _load_tile(k_ptr, row, m_t, o_k, K)
+    b_q = load_tile(q_ptr, row, m_t, o_k, K)
+    b_k = load_tile(k_ptr, row, m_t, o_k, K)
     decay = _pair_decay(g_cum, causal)
     b_dq = acc_doh * tl.exp(g_cum.to(tl.float32)) * scale
     b_dq += tl.sum(d_scores[:, :, None] * b_k[None, :, :] * decay, axis=1)
@@ -298,15 +289,12 @@ def _wy_bwd_kernel(
     Tinv = (I + diag(beta) M)^-1 for one (chunk, batch*head); finishes dk, dv, dg, dbeta."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     strict = o_c[:, None] > o_c[None, :]
     beta = tl.load(beta_ptr + row, mask=m_t, other=0.0).to(tl.float32)
-    tinv = _load_tile(tinv_ptr, row, m_t, o_c, C)
+    tinv = load_tile(tinv_ptr, row, m_t, o_c, C)
     tinv_t = tl.trans(tinv)
 
     # Pass 1: dTinv and M.
@@ -315,15 +303,15 @@ def _wy_bwd_kernel(
     for i_k in range(NK):
         o_k = i_k * BK + tl.arange(0, BK)
         g_cum, _ = _gate_cumsum(g_ptr, row, m_t, o_k, o_k < K, K, C)
-        b_k = _load_tile(k_ptr, row, m_t, o_k, K)
-        b_dw = _load_tile(dw_ptr, row, m_t, o_k, K)
+        b_k = load_tile(k_ptr, row, m_t, o_k, K)
+        b_dw = load_tile(dw_ptr, row, m_t, o_k, K)
         k_gated = b_k * tl.exp(g_cum.to(tl.float32)) * beta[:, None]
         d_tinv += tl.dot(b_dw, tl.trans(k_gated), input_precision=PREC)
         kk += tl.sum(b_k[:, None, :] * b_k[None, :, :] * _pair_decay(g_cum, strict), axis=2)
     for i_v in range(NV):
         o_v = i_v * BV + tl.arange(0, BV)
-        b_v = _load_tile(v_ptr, row, m_t, o_v, V)
-        b_du = _load_tile(dvn_ptr, row, m_t, o_v, V)
+        b_v = load_tile(v_ptr, row, m_t, o_v, V)
+        b_du = load_tile(dvn_ptr, row, m_t, o_v, V)
         d_tinv += tl.dot(b_du, tl.trans(b_v * beta[:, None]), input_precision=PREC)
     d_a = -tl.dot(tl.dot(tinv_t, d_tinv, input_precision=PREC), tinv_t, input_precision=PREC)
     d_a = tl.where(strict, d_a, 0.0)
@@ -337,14 +325,14 @@ def _wy_bwd_kernel(
         m_k = o_k < K
         g_cum, _ = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
         gamma = tl.exp(g_cum.to(tl.float32))
-        b_k = _load_tile(k_ptr, row, m_t, o_k, K)
-        t_dw = tl.dot(tinv_t, _load_tile(dw_ptr, row, m_t, o_k, K), input_precision=PREC)
+        b_k = load_tile(k_ptr, row, m_t, o_k, K)
+        t_dw = tl.dot(tinv_t, load_tile(dw_ptr, row, m_t, o_k, K), input_precision=PREC)
         dk_w = t_dw * gamma * beta[:, None]
         decay = _pair_decay(g_cum, strict)
         dk_mrow = tl.sum(d_m[:, :, None] * b_k[None, :, :] * decay, axis=1)
         dk_mcol = tl.sum(d_m[:, :, None] * b_k[:, None, :] * decay, axis=0)
-        b_dk = _load_tile(dk_part_ptr, row, m_t, o_k, K) + dk_w + dk_mrow + dk_mcol
-        d_gcum = _load_tile(dg_part_ptr, row, m_t, o_k, K) + b_k * (dk_w + dk_mrow - dk_mcol)
+        b_dk = load_tile(dk_part_ptr, row, m_t, o_k, K) + dk_w + dk_mrow + dk_mcol
+        d_gcum = load_tile(dg_part_ptr, row, m_t, o_k, K) + b_k * (dk_w + dk_mrow - dk_mcol)
         d_beta += tl.sum(t_dw * b_k * gamma, axis=1)
         b_dg = tl.sum(tl.where(suffix, d_gcum[None, :, :], 0.0), axis=1)
         m_tk = m_t[:, None] & m_k[None, :]
@@ -353,12 +341,8 @@ def _wy_bwd_kernel(
         tl.store(dg_ptr + tk_off, b_dg.to(dg_ptr.dtype.element_ty), mask=m_tk)
     for i_v in range(NV):
         o_v = i_v * BV + tl.arange(0, BV)
-        b_v = _load_tile(v_ptr, row, m_t, o_v, V)
-        t_du = tl.dot(tinv_t, _load_tile(dvn_ptr, row, m_t, o_v, V), input_precision=PREC)
+        b_v = load_tile(v_ptr, row, m_t, o_v, V)
+        t_du = tl.dot(tinv_t, load_tile(dvn_ptr, row, m_t, o_v, V), input_precision=PREC)
         d_beta += tl.sum(t_du * b_v, axis=1)
-        tl.store(
-            dv_ptr + row[:, None] * V + o_v[None, :],
-            (t_du * beta[:, None]).to(dv_ptr.dtype.element_ty),
-            mask=m_t[:, None] & (o_v < V)[None, :],
-        )
+        store_tile(dv_ptr, row, m_t, o_v, V, t_du * beta[:, None])
     tl.store(dbeta_ptr + row, d_beta.to(dbeta_ptr.dtype.element_ty), mask=m_t)

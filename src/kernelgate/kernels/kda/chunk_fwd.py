@@ -36,7 +36,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernelgate.kernels.gla.chunk_fwd import _gate_cumsum, _load_tile, _pair_decay
+from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile, store_tile
+from kernelgate.kernels.gla.chunk_fwd import _gate_cumsum, _output_parts, _pair_decay
 
 
 @triton.jit
@@ -63,12 +64,9 @@ def _wy_fwd_kernel(
     W = Tinv diag(beta) (K * exp(G)) and U = Tinv diag(beta) V tile by tile."""
     i_n = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     strict = o_c[:, None] > o_c[None, :]
     beta = tl.load(beta_ptr + row, mask=m_t, other=0.0).to(tl.float32)
 
@@ -76,7 +74,7 @@ def _wy_fwd_kernel(
     for i_k in range(NK):
         o_k = i_k * BK + tl.arange(0, BK)
         g_cum, _ = _gate_cumsum(g_ptr, row, m_t, o_k, o_k < K, K, C)
-        b_k = _load_tile(k_ptr, row, m_t, o_k, K)
+        b_k = load_tile(k_ptr, row, m_t, o_k, K)
         kk += tl.sum(b_k[:, None, :] * b_k[None, :, :] * _pair_decay(g_cum, strict), axis=2)
     a = kk * beta[:, None]
     # Row-by-row forward substitution: row i of Tinv is e_i - sum_{j<i} A_ij Tinv_j, and
@@ -92,16 +90,14 @@ def _wy_fwd_kernel(
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
         g_cum, _ = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        b_k = _load_tile(k_ptr, row, m_t, o_k, K) * tl.exp(g_cum.to(tl.float32))
+        b_k = load_tile(k_ptr, row, m_t, o_k, K) * tl.exp(g_cum.to(tl.float32))
         b_w = tl.dot(tinv, b_k * beta[:, None], input_precision=PREC)
-        tl.store(w_ptr + row[:, None] * K + o_k[None, :], b_w, mask=m_t[:, None] & m_k[None, :])
+        store_tile(w_ptr, row, m_t, o_k, K, b_w)
     for i_v in range(NV):
         o_v = i_v * BV + tl.arange(0, BV)
-        b_v = _load_tile(v_ptr, row, m_t, o_v, V)
+        b_v = load_tile(v_ptr, row, m_t, o_v, V)
         b_u = tl.dot(tinv, b_v * beta[:, None], input_precision=PREC)
-        tl.store(
-            u_ptr + row[:, None] * V + o_v[None, :], b_u, mask=m_t[:, None] & (o_v < V)[None, :]
-        )
+        store_tile(u_ptr, row, m_t, o_v, V, b_u)
 
 
 @triton.jit(do_not_specialize=["NT", "K_END"])  # a loop count of 1 must stay a loop
@@ -136,9 +132,7 @@ def _state_fwd_kernel(
     a CTA barrier orders the steps (gdn's scans do the same, see gdn/chunk_fwd.py)."""
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
-    o_c = tl.arange(0, C)
+    i_b, i_h = batch_head(i_bh, H)
     o_rk = tl.arange(0, RK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_v = o_v < V
@@ -153,22 +147,20 @@ def _state_fwd_kernel(
         tl.store(h_ptr + (i_b * NT * H + i_h) * K * V + kv_off, tile, mask=m_kv)
     tl.debug_barrier()
     for i_n in range(0, NT):
-        t_idx = i_n * C + o_c
-        m_t = t_idx < T
-        row = (i_b * T + t_idx) * H + i_h
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
         h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
         acc = tl.zeros([C, BV], dtype=tl.float32)
         for k0 in range(0, K_END, RK):
             o_k = k0 + o_rk
-            b_w = _load_tile(w_ptr, row, m_t, o_k, K)
+            b_w = load_tile(w_ptr, row, m_t, o_k, K)
             b_h = tl.load(
                 h_base + o_k[:, None] * V + o_v[None, :],
                 mask=(o_k < K)[:, None] & m_v[None, :],
                 other=0.0,
             )
             acc += tl.dot(b_w, b_h, input_precision=PREC)
-        b_vn = _load_tile(u_ptr, row, m_t, o_v, V) - acc
-        tl.store(vn_ptr + row[:, None] * V + o_v[None, :], b_vn, mask=m_t[:, None] & m_v[None, :])
+        b_vn = load_tile(u_ptr, row, m_t, o_v, V) - acc
+        store_tile(vn_ptr, row, m_t, o_v, V, b_vn)
         if i_n + 1 < NT:
             _state_step(
                 k_ptr,
@@ -230,7 +222,7 @@ def _state_step(
         m_kv = m_k[:, None] & (o_v < V)[None, :]
         kv_off = o_k[:, None] * V + o_v[None, :]
         g_cum, g_last = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        k_decay = _load_tile(k_ptr, row, m_t, o_k, K) * tl.exp(
+        k_decay = load_tile(k_ptr, row, m_t, o_k, K) * tl.exp(
             (g_last[None, :] - g_cum).to(tl.float32)
         )
         b_h = tl.load(h_src + kv_off, mask=m_kv, other=0.0) * tl.exp(g_last.to(tl.float32))[:, None]
@@ -264,36 +256,16 @@ def _output_fwd_kernel(
     i_v = tl.program_id(0)
     i_n = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_v = i_v * BV + tl.arange(0, BV)
-    m_v = o_v < V
-    t_idx = i_n * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h
+    _t_idx, m_t, row = chunk_rows(i_b, i_h, i_n, T, H, C)
     h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
-    causal = o_c[:, None] >= o_c[None, :]
-
-    acc = tl.zeros([C, BV], dtype=tl.float32)
-    scores = tl.zeros([C, C], dtype=tl.float32)
-    for i_k in range(NK):
-        o_k = i_k * BK + tl.arange(0, BK)
-        m_k = o_k < K
-        g_cum, _ = _gate_cumsum(g_ptr, row, m_t, o_k, m_k, K, C)
-        b_q = _load_tile(q_ptr, row, m_t, o_k, K)
-        b_k = _load_tile(k_ptr, row, m_t, o_k, K)
-        b_h = tl.load(
-            h_base + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0.0
-        )
-        acc += tl.dot(b_q * tl.exp(g_cum.to(tl.float32)), b_h, input_precision=PREC)
-        scores += tl.sum(b_q[:, None, :] * b_k[None, :, :] * _pair_decay(g_cum, causal), axis=2)
+    acc, scores = _output_parts(
+        q_ptr, k_ptr, g_ptr, h_base, row, m_t, o_v, K, V, C, BK, BV, NK, PREC
+    )
     if i_v == 0:  # one writer per chunk
         tl.store(scores_ptr + row[:, None] * C + o_c[None, :], scores, mask=m_t[:, None])
-    b_vn = _load_tile(vn_ptr, row, m_t, o_v, V)
+    b_vn = load_tile(vn_ptr, row, m_t, o_v, V)
     b_o = (acc + tl.dot(scores, b_vn, input_precision=PREC)) * scale
-    tl.store(
-        o_ptr + row[:, None] * V + o_v[None, :],
-        b_o.to(o_ptr.dtype.element_ty),
-        mask=m_t[:, None] & m_v[None, :],
-    )
+    store_tile(o_ptr, row, m_t, o_v, V, b_o)

@@ -30,8 +30,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
-from kernelgate.kernels.mamba2.chunk_fwd import _ssd_state_update
+from kernelgate.kernels.mamba2.chunk_fwd import _ssd_scan_start, _ssd_state_update
 
 
 @triton.jit(do_not_specialize=["NT"])
@@ -61,36 +62,28 @@ def _ssd_state_bwd_kernel(
     every chunk, dH = exp(G_L) dH_next + C^T diag(exp(G)) dY. Like the forward scan, the
     gradient lives in its chunk buffer and the scaled dY goes through scratch, so every dot
     reads both operands from memory (the forward's state update, with C in place of B)."""
-    i_p = tl.program_id(0)
-    i_nb = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
-    o_bp = tl.arange(0, BP)
-    o_n = i_nb * BN + tl.arange(0, BN)
-    o_p = i_p * BP + o_bp
-    m_np = (o_n < N)[:, None] & (o_p < P)[None, :]
-    tile_off = o_n[:, None] * P + o_p[None, :]
-    program = (i_bh.to(tl.int64) * tl.num_programs(1) + i_nb) * tl.num_programs(0) + i_p
-    scratch = dys_ptr + program * C * BP
-
-    tile = tl.zeros([BN, BP], dtype=tl.float32)
-    if HAS_DHT:
-        tile += tl.load(dht_ptr + i_bh.to(tl.int64) * N * P + tile_off, mask=m_np, other=0.0)
-    tl.store(dh_ptr + ((i_b * NT + NT - 1) * H + i_h) * N * P + tile_off, tile, mask=m_np)
+    o_n, o_p, o_bp, scratch = _ssd_scan_start(
+        dht_ptr,
+        dh_ptr + ((i_b * NT + NT - 1) * H + i_h) * N * P,
+        dys_ptr,
+        i_bh,
+        N,
+        P,
+        C,
+        BN,
+        BP,
+        HAS_DHT,
+    )
     for step in range(0, NT):
         i_c = NT - 1 - step
-        t_idx = i_c * C + o_c
-        m_t = t_idx < T
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_c, T, H, C)
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_c, T, H, C)
         gamma = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0)
-        b_dy = tl.load(
-            dy_ptr + ((i_b * T + t_idx) * H + i_h)[:, None] * P + o_p[None, :],
-            mask=m_t[:, None] & (o_p < P)[None, :],
-            other=0.0,
-        ).to(tl.float32)
+        b_dy = load_tile(dy_ptr, row, m_t, o_p, P)
         tl.store(scratch + o_c[:, None] * BP + o_bp[None, :], b_dy * gamma[:, None])
         tl.debug_barrier()
         dh_src = dh_ptr + ((i_b * NT + i_c) * H + i_h) * N * P
@@ -184,15 +177,13 @@ def _ssd_chunk_bwd_kernel(
     whole tiles, runtime values so that a one-tile loop stays a loop."""
     i_c = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
     o_rn = tl.arange(0, RN)
-    t_idx = i_c * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h  # rows of x, dt, y, the scratch and per-head outputs
+    # row: rows of x, dt, y, the scratch and per-head outputs
+    t_idx, m_t, row = chunk_rows(i_b, i_h, i_c, T, H, C)
     bc_row = (i_b * T + t_idx) * G + i_g  # rows of B and C
     state_base = ((i_b * NT + i_c) * H + i_h) * N * P
 
@@ -208,9 +199,7 @@ def _ssd_chunk_bwd_kernel(
     for n0 in range(0, N_END, RN):
         o_n = n0 + o_rn
         m_n = o_n < N
-        b_c = tl.load(
-            c_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_t[:, None] & m_n[None, :], other=0.0
-        ).to(tl.float32)
+        b_c = load_tile(c_ptr, bc_row, m_t, o_n, N)
         b_bt = tl.load(
             b_ptr + bc_row[None, :] * N + o_n[:, None], mask=m_n[:, None] & m_t[None, :], other=0.0
         ).to(tl.float32)
@@ -221,9 +210,7 @@ def _ssd_chunk_bwd_kernel(
     for p0 in range(0, P_END, RN):
         o_p = p0 + o_rn
         m_p = o_p < P
-        b_dy = tl.load(
-            dy_ptr + row[:, None] * P + o_p[None, :], mask=m_t[:, None] & m_p[None, :], other=0.0
-        ).to(tl.float32)
+        b_dy = load_tile(dy_ptr, row, m_t, o_p, P)
         b_xt = tl.load(
             x_ptr + row[None, :] * P + o_p[:, None], mask=m_p[:, None] & m_t[None, :], other=0.0
         ).to(tl.float32)
@@ -250,21 +237,13 @@ def _ssd_chunk_bwd_kernel(
             row_j = (i_b * T + i_c * C + o_j) * H + i_h
             m_j = i_c * C + o_j < T
             b_st = tl.load(s_ptr + row_j[None, :] * C + o_c[:, None], mask=m_j[None, :], other=0.0)
-            b_dy = tl.load(
-                dy_ptr + row_j[:, None] * P + o_p[None, :],
-                mask=m_j[:, None] & m_p[None, :],
-                other=0.0,
-            ).to(tl.float32)
+            b_dy = load_tile(dy_ptr, row_j, m_j, o_p, P)
             acc_sdy += tl.dot(b_st, b_dy, input_precision=PREC)
         acc_bdh = tl.zeros([C, BP], dtype=tl.float32)  # B dH_next
         for n0 in range(0, N_END, RN):
             o_n = n0 + o_rn
             m_n = o_n < N
-            b_b = tl.load(
-                b_ptr + bc_row[:, None] * N + o_n[None, :],
-                mask=m_t[:, None] & m_n[None, :],
-                other=0.0,
-            ).to(tl.float32)
+            b_b = load_tile(b_ptr, bc_row, m_t, o_n, N)
             b_dh = tl.load(
                 dh_ptr + state_base + o_n[:, None] * P + o_p[None, :],
                 mask=m_n[:, None] & m_p[None, :],

@@ -33,7 +33,43 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernelgate.kernels._tiles import batch_head, chunk_rows, load_tile
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
+
+
+@triton.jit
+def _ssd_scan_start(
+    init_ptr,
+    state_ptr,
+    scratch_ptr,
+    i_bh,
+    N: tl.constexpr,
+    P: tl.constexpr,
+    C: tl.constexpr,
+    BN: tl.constexpr,
+    BP: tl.constexpr,
+    HAS_INIT: tl.constexpr,
+):
+    """How both scans (``_ssd_state_fwd_kernel`` and chunk_bwd's ``_ssd_state_bwd_kernel``)
+    open: this program's [BN, BP] tile of one head's state (rows o_n, columns o_p = o_bp
+    shifted), its own [C, BP] scratch, and the scan's starting tile stored at ``state_ptr``
+    (the initial state, or the final state's gradient, from ``init_ptr`` if HAS_INIT, else
+    zeros). Returns (o_n, o_p, o_bp, scratch)."""
+    i_p = tl.program_id(0)
+    i_nb = tl.program_id(1)
+    o_bp = tl.arange(0, BP)
+    o_n = i_nb * BN + tl.arange(0, BN)
+    o_p = i_p * BP + o_bp
+    m_np = (o_n < N)[:, None] & (o_p < P)[None, :]
+    tile_off = o_n[:, None] * P + o_p[None, :]
+    program = (i_bh.to(tl.int64) * tl.num_programs(1) + i_nb) * tl.num_programs(0) + i_p
+    scratch = scratch_ptr + program * C * BP
+
+    tile = tl.zeros([BN, BP], dtype=tl.float32)
+    if HAS_INIT:
+        tile += tl.load(init_ptr + i_bh.to(tl.int64) * N * P + tile_off, mask=m_np, other=0.0)
+    tl.store(state_ptr + tile_off, tile, mask=m_np)
+    return o_n, o_p, o_bp, scratch
 
 
 @triton.jit(do_not_specialize=["NT"])
@@ -67,36 +103,19 @@ def _ssd_state_fwd_kernel(
     this program's scratch: every dot reads both operands from memory and reduces over RC
     steps, the form that compiles without spills for fp32 on sm_90 (see gdn/chunk_fwd.py);
     CTA barriers order the steps."""
-    i_p = tl.program_id(0)
-    i_nb = tl.program_id(1)
     i_bh = tl.program_id(2)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
-    o_bp = tl.arange(0, BP)
-    o_n = i_nb * BN + tl.arange(0, BN)
-    o_p = i_p * BP + o_bp
-    m_np = (o_n < N)[:, None] & (o_p < P)[None, :]
-    tile_off = o_n[:, None] * P + o_p[None, :]
-    program = (i_bh.to(tl.int64) * tl.num_programs(1) + i_nb) * tl.num_programs(0) + i_p
-    scratch = xs_ptr + program * C * BP
-
-    tile = tl.zeros([BN, BP], dtype=tl.float32)
-    if HAS_H0:
-        tile += tl.load(h0_ptr + i_bh.to(tl.int64) * N * P + tile_off, mask=m_np, other=0.0)
-    tl.store(h_ptr + (i_b * NT * H + i_h) * N * P + tile_off, tile, mask=m_np)
+    o_n, o_p, o_bp, scratch = _ssd_scan_start(
+        h0_ptr, h_ptr + (i_b * NT * H + i_h) * N * P, xs_ptr, i_bh, N, P, C, BN, BP, HAS_H0
+    )
     for i_c in range(0, NT):
-        t_idx = i_c * C + o_c
-        m_t = t_idx < T
+        _t_idx, m_t, row = chunk_rows(i_b, i_h, i_c, T, H, C)
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_c, T, H, C)
-        dt = tl.load(dt_ptr + (i_b * T + t_idx) * H + i_h, mask=m_t, other=0.0).to(tl.float32)
+        dt = tl.load(dt_ptr + row, mask=m_t, other=0.0).to(tl.float32)
         weight = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0) * dt
-        b_x = tl.load(
-            x_ptr + ((i_b * T + t_idx) * H + i_h)[:, None] * P + o_p[None, :],
-            mask=m_t[:, None] & (o_p < P)[None, :],
-            other=0.0,
-        ).to(tl.float32)
+        b_x = load_tile(x_ptr, row, m_t, o_p, P)
         tl.store(scratch + o_c[:, None] * BP + o_bp[None, :], b_x * weight[:, None])
         tl.debug_barrier()
         h_src = h_ptr + ((i_b * NT + i_c) * H + i_h) * N * P
@@ -224,14 +243,11 @@ def _ssd_output_fwd_kernel(
     runtime values so that a one-tile loop stays a loop (see gdn/chunk.py, _round_up)."""
     i_c = tl.program_id(0)
     i_bh = tl.program_id(1)
-    i_b = (i_bh // H).to(tl.int64)
-    i_h = i_bh % H
+    i_b, i_h = batch_head(i_bh, H)
     i_g = i_h // (H // G)
     o_c = tl.arange(0, C)
     o_rc = tl.arange(0, RC)
-    t_idx = i_c * C + o_c
-    m_t = t_idx < T
-    row = (i_b * T + t_idx) * H + i_h  # rows of x, dt, y and the scores scratch
+    t_idx, m_t, row = chunk_rows(i_b, i_h, i_c, T, H, C)  # rows of x, dt, y and the scores scratch
     bc_row = (i_b * T + t_idx) * G + i_g  # rows of B and C
     h_base = h_ptr + ((i_b * NT + i_c) * H + i_h) * N * P
 
@@ -239,9 +255,7 @@ def _ssd_output_fwd_kernel(
     for n0 in range(0, N_END, RN):
         o_n = n0 + tl.arange(0, RN)
         m_n = o_n < N
-        b_c = tl.load(
-            c_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_t[:, None] & m_n[None, :], other=0.0
-        ).to(tl.float32)
+        b_c = load_tile(c_ptr, bc_row, m_t, o_n, N)
         b_bt = tl.load(
             b_ptr + bc_row[None, :] * N + o_n[:, None], mask=m_n[:, None] & m_t[None, :], other=0.0
         ).to(tl.float32)
@@ -260,16 +274,8 @@ def _ssd_output_fwd_kernel(
         for n0 in range(0, N_END, RN):
             o_n = n0 + tl.arange(0, RN)
             m_n = o_n < N
-            b_c = tl.load(
-                c_ptr + bc_row[:, None] * N + o_n[None, :],
-                mask=m_t[:, None] & m_n[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            b_h = tl.load(
-                h_base + o_n[:, None] * P + o_p[None, :],
-                mask=m_n[:, None] & m_p[None, :],
-                other=0.0,
-            )
+            b_c = load_tile(c_ptr, bc_row, m_t, o_n, N)
+            b_h = load_tile(h_base, o_n, m_n, o_p, P)
             acc_ch += tl.dot(b_c, b_h, input_precision=PREC)
         acc_sx = tl.zeros([C, BP], dtype=tl.float32)  # scores (dt X)
         for j0 in range(0, C // RC):
