@@ -34,15 +34,24 @@ SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 # * "tf32x3": Triton's three TF32 tensor-core products (a = hi + lo; hi*hi + hi*lo + lo*hi),
 #   about fp32's accuracy: at most 0.26x the ensemble bound on every member in the
 #   interpreter emulation (benchmarks/family_dot_precision.py), where TF32 alone was 27-531x.
-#   Faster on tensor cores, but it takes more registers: compiled offline for sm_90
-#   (benchmarks/results/family-tf32x3-resources-cpu.json), GDN's _state_bwd_kernel spills
-#   at K = V = 31 (32-44 bytes, 253-255 registers at every K, against 128-220 with IEEE) and
-#   KDA's _state_bwd_kernel at every K (8 bytes); every other kernel of the family is
-#   spill-free with it. Those two stay on IEEE whatever FP32_DOTS says (``IEEE_ONLY``). To be
-#   timed on the device (benchmarks/gdn.py --fp32-dots) before it can become a default.
+#   Faster on tensor cores, but it takes more registers: compiled offline for sm_90 with
+#   Triton 3.9 and 3.6 (benchmarks/results/family-tf32x3-resources-cpu.json), four kernels
+#   spill with it: GDN's _state_bwd_kernel at K = V = 31 (32-44 bytes; 253-255 registers at
+#   every K, against 128-220 with IEEE), KDA's _state_bwd_kernel (8 bytes), and on Triton 3.6
+#   GLA's _output_fwd_kernel at K = 128 (4 bytes) and Mamba-2's _ssd_chunk_bwd_kernel (8-16
+#   bytes). Those stay on IEEE whatever FP32_DOTS says (``IEEE_ONLY``); every other kernel of
+#   the family is spill-free with it. To be timed on the device (benchmarks/gdn.py
+#   --fp32-dots) before it can become a default.
 FP32_DOTS = "ieee"
 FP32_DOT_CHOICES = ("ieee", "tf32x3")
-IEEE_ONLY = frozenset({"gdn._state_bwd_kernel", "kda._state_bwd_kernel"})
+IEEE_ONLY = frozenset(
+    {
+        "gdn._state_bwd_kernel",
+        "kda._state_bwd_kernel",
+        "gla._output_fwd_kernel",
+        "mamba2._ssd_chunk_bwd_kernel",
+    }
+)
 
 
 def dot_precision(dtype: torch.dtype, kernel: str | None = None) -> str:

@@ -29,6 +29,10 @@ MAX_HEAD_DIM_K = 256  # the largest K the kernels are verified for
 PAIR_BLOCK_K = 16  # K tile of the kernels that hold [C, C, BK] decay tiles
 SCAN_BLOCK = 32  # K and V tile of the state scans, and V tile of the other kernels
 NUM_WARPS = 4  # fixed launch configuration (no autotuning: its pick can differ between runs)
+# _dv_bwd_kernel alone runs 8 warps: compiled offline for sm_90 with Triton 3.6 (the H200's),
+# its K = 128 specialization spilled 4 bytes at 4 warps (168 registers); at 8 it takes 128
+# and spills nothing with either Triton (benchmarks/gla_kda_resources.py --triton36).
+DV_BWD_WARPS = 8
 
 
 def check_recurrence_inputs(name, q, k, v, gates, initial_state) -> None:
@@ -100,7 +104,7 @@ def chunk_gla_fwd(q, k, v, g, scale, initial_state, output_final_state):
         BK=PAIR_BLOCK_K,
         BV=scan_v,
         NK=triton.cdiv(dim_k, PAIR_BLOCK_K),
-        PREC=prec,
+        PREC=_dot_precision(q.dtype, "gla._output_fwd_kernel"),
         num_warps=NUM_WARPS,
     )
     return o, final_state, (states,)
@@ -159,7 +163,7 @@ def chunk_gla_bwd(q, k, v, g, scale, has_initial_state, saved, do, dht):
         BV=scan_v,
         NK=triton.cdiv(dim_k, PAIR_BLOCK_K),
         PREC=prec,
-        num_warps=NUM_WARPS,
+        num_warps=DV_BWD_WARPS,
     )
     dq, dk, dg = torch.empty_like(q), torch.empty_like(k), torch.empty_like(g)
     _dqk_bwd_kernel[(triton.cdiv(dim_k, PAIR_BLOCK_K), num_chunks, batch * heads)](

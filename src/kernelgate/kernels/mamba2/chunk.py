@@ -223,7 +223,7 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
         RN=REDUCE_BLOCK,
         BP=REDUCE_BLOCK,
         HAS_D=D is not None,
-        PREC=prec,
+        PREC=_dot_precision(x.dtype, "mamba2._ssd_chunk_bwd_kernel"),
         num_warps=NUM_WARPS["chunk_bwd"],
     )
     del scores, d_scores
