@@ -18,6 +18,7 @@ from kernelgate.audit.judge import AuditOptions
 from kernelgate.audit.report import authorship_rows, authorship_summary
 from kernelgate.gates.base import Status
 from kernelgate.pipeline import verify
+from kernelgate.redteam.catalog import ROOT as REDTEAM
 from kernelgate.sandbox.authorship import (
     MAX_KERNELS,
     authored_path,
@@ -85,8 +86,8 @@ def test_an_authored_kernel_beside_a_library_matmul_shares_the_time() -> None:
 def test_a_lazy_output_is_read_inside_the_profiled_call() -> None:
     """The candidate's kernel runs only when its output is read: reading it belongs to the
     call (a judged call reads it too), so the kernel is in the profile and authored."""
-    evidence = profiled(HERE / "lazy_softmax.py", [torch.randn(30, 1000)])
-    kernel = by_name(evidence)["_lazy_row_softmax"]
+    evidence = profiled(REDTEAM / "defects" / "lazy_output.py", [torch.randn(30, 1000)])
+    kernel = by_name(evidence)["_softmax_kernel"]
     assert kernel["authored"] is True and kernel["launches"] == 1
     assert evidence["authored_share"] > 0.95
 

@@ -6,7 +6,8 @@ the output that holds the caller's input and computes the softmax when anything 
 call is right, so a check that compares at once passes. But it is not a result: once the
 caller writes new data into its input buffer, as callers reusing buffers do, the result it
 holds changes. Must be rejected by ORD-02 (a kept output changes after the next call writes
-its inputs into the kept call's input buffers).
+its inputs into the kept call's input buffers). tests/test_authorship.py also uses it: the
+kernel it runs when read must be in AUTH-01's profile of the call.
 """
 
 from typing import Any
