@@ -32,6 +32,7 @@ from kernelgate.oracle.fp64 import INPUTS_ON_DEVICE_ENV, Oracle, run_copies
 from kernelgate.redteam.catalog import ROOT as REDTEAM
 
 from .conftest import SOFTMAX
+from .test_results_on_device import PAIRS, assert_same_assessment, assert_same_judgement
 
 RELU = REDTEAM / "references" / "relu.py"
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -389,22 +390,6 @@ def test_the_cpu_path_is_unchanged(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
 
 # -- GPU -------------------------------------------------------------------------------------
-def _same(a: Assessment, b: Assessment) -> None:
-    """Two judgements of one output agree in everything a verdict reads from them (the
-    copy is the host values' bits, and the same kernels run on them: the last bits of a
-    float64 reduction are all that could differ)."""
-    assert (a.passed, a.judged, a.excluded, a.class_mismatches) == (
-        b.passed,
-        b.judged,
-        b.excluded,
-        b.class_mismatches,
-    )
-    assert a.worst_ratio == pytest.approx(b.worst_ratio, rel=1e-12, abs=0)
-    assert [m["output_position"] for m in a.mismatches] == [
-        m["output_position"] for m in b.mismatches
-    ]
-
-
 def _judged(ctx: GateContext, seed: int) -> tuple[Case, list[Assessment]]:
     """A case judged with the exact output and with one position wrong (the native and, on
     an order model, the magnitude runs are made), the outputs on the device."""
@@ -439,7 +424,7 @@ def test_on_cuda_each_input_crosses_once_and_judges_alike(
     assert uploads.of(plain_case.values) == [sum(plain.evaluations.values())] * len(case.values)
     assert [a.passed for a in judged] == [True, False]
     for a, b in zip(judged, baseline, strict=True):
-        _same(a, b)
+        assert_same_assessment(a, b)
 
 
 @pytest.mark.gpu
@@ -502,18 +487,6 @@ def test_on_cuda_dependence_probes_alike_with_and_without_the_copy(
         torch.testing.assert_close(with_copy, without, rtol=0, atol=0, equal_nan=True)
 
 
-# Elementwise, a reduction (magnitude run), a defect each of EXC-01 and EXC-02 (dependence
-# and open-sign probes), and index outputs (op sources).
-PAIRS = [
-    (RELU, REDTEAM / "controls" / "relu.py"),
-    (SOFTMAX / "reference.py", SOFTMAX / "honest.py"),
-    (SOFTMAX / "reference.py", SOFTMAX / "nan_swallow.py"),
-    (RELU, REDTEAM / "defects" / "flush_subnormals.py"),
-    (REDTEAM / "references" / "topk.py", REDTEAM / "controls" / "topk.py"),
-]
-VALUE_GATES = {"CMP-01", "CMP-02", "CMP-03", "ORD-01", "PRC-01", "PRC-02", "EXC-01", "EXC-02"}
-
-
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0].stem}-{p[1].stem}")
@@ -532,8 +505,4 @@ def test_a_verification_with_the_copy_gives_the_same_verdict(
     monkeypatch.setenv(INPUTS_ON_DEVICE_ENV, "0")
     without = kernelgate.verify(reference, candidate, device="cuda", timeout=60)
     assert counted <= sum(uploads.by_storage.values())
-    assert with_copy.verdict == without.verdict
-    assert [(g.id, g.status) for g in with_copy.gates] == [(g.id, g.status) for g in without.gates]
-    for a, b in zip(with_copy.gates, without.gates, strict=True):
-        if a.id in VALUE_GATES:
-            assert a.reason == b.reason, a.id
+    assert_same_judgement(with_copy, without)

@@ -151,8 +151,10 @@ def _context(reference: Path, device: str) -> GateContext:
     )
 
 
-def _same(a: Assessment, b: Assessment) -> None:
-    """Two judgements of one output agree in everything a verdict reads from them."""
+def assert_same_assessment(a: Assessment, b: Assessment) -> None:
+    """Two judgements of one output agree in everything a verdict reads from them (the
+    values judged are the same bits, and the same kernels run on them: the last bits of a
+    float64 reduction are all that could differ)."""
     assert (a.passed, a.judged, a.excluded, a.class_mismatches) == (
         b.passed,
         b.judged,
@@ -193,7 +195,7 @@ def test_error_models_judge_alike_whatever_device_the_results_are_on(
 
     on_host, on_device = judged("cpu"), judged("cuda")
     assert not on_host.passed
-    _same(on_device, on_host)
+    assert_same_assessment(on_device, on_host)
 
 
 @pytest.mark.gpu
@@ -206,7 +208,7 @@ def test_exact_outputs_judge_alike_whatever_device_the_results_are_on(actual_on:
     on_host = assess_exact(expected, actual.to(actual_on))
     on_device = assess_exact(expected.cuda(), actual.to(actual_on))
     assert not on_host.passed and on_host.note == on_device.note
-    _same(on_device, on_host)
+    assert_same_assessment(on_device, on_host)
 
 
 @pytest.mark.gpu
@@ -364,7 +366,7 @@ def test_a_judged_case_brings_no_result_to_the_host(
     assert copies.device_tensors > 0  # the host path copies: the counter sees copies
     assert [a.passed for a in judged] == [True, False]
     for a, b in zip(judged, baseline, strict=True):
-        _same(a, b)
+        assert_same_assessment(a, b)
         assert "oracle_results_held" not in a.params
 
 
@@ -378,7 +380,7 @@ def test_over_the_device_budget_results_are_kept_on_the_host(
     judged, baseline = _judge_twice(on_device, 2), _judge_twice(on_host, 2)
     assert on_device.device_bytes_held() == 0
     for a, b in zip(judged, baseline, strict=True):
-        _same(a, b)
+        assert_same_assessment(a, b)
         held_params = a.params["oracle_results_held"]
         assert "over the device budget" in held_params["expected"]
 
@@ -408,7 +410,7 @@ def test_out_of_memory_while_judging_spills_the_results_to_the_host(
     for assessment in judged:  # the spilled result stays on the host, and says so
         assert "out of memory" in assessment.params["oracle_results_held"]["expected"]
     for a, b in zip(judged, baseline, strict=True):
-        _same(a, b)
+        assert_same_assessment(a, b)
 
 
 BIG_RELU = """
@@ -459,7 +461,7 @@ def test_with_the_device_full_the_judgement_is_the_same_and_says_so(
         torch.cuda.empty_cache()
     assert judged.params.get("judged_on", "").startswith("cpu"), judged.params
     assert "out of memory" in judged.params["oracle_results_held"]["expected"]
-    _same(judged, baseline)
+    assert_same_assessment(judged, baseline)
 
 
 # Elementwise, a reduction, a defect each of EXC-01 and EXC-02 (the dependence and the
@@ -492,9 +494,14 @@ def test_a_verification_keeps_results_on_the_device_with_the_same_verdict(
     on_host = kernelgate.verify(reference, candidate, device="cuda", timeout=60)
     assert kept_there == 0
     assert copies.device_tensors > 0  # the host path copies every result: the counter works
-    assert on_device.verdict == on_host.verdict
-    gates = [(g.id, g.status) for g in on_device.gates]
-    assert gates == [(g.id, g.status) for g in on_host.gates]
-    for a, b in zip(on_device.gates, on_host.gates, strict=True):
-        if a.id in VALUE_GATES:
-            assert a.reason == b.reason, a.id
+    assert_same_judgement(on_device, on_host)
+
+
+def assert_same_judgement(a: Any, b: Any) -> None:
+    """Two verdicts of one pair agree: the verdict, every gate's status, and every value
+    gate's reason (the judgement a switch of where the judge keeps its data must not move)."""
+    assert a.verdict == b.verdict
+    assert [(g.id, g.status) for g in a.gates] == [(g.id, g.status) for g in b.gates]
+    for gate_a, gate_b in zip(a.gates, b.gates, strict=True):
+        if gate_a.id in VALUE_GATES:
+            assert gate_a.reason == gate_b.reason, gate_a.id
