@@ -199,9 +199,9 @@ class DeterminismGate(Gate):
         self, ctx: GateContext, case: Case, kept: dict[int, Run], windows: dict[int, int], call: int
     ) -> None:
         """Forget the kept outputs whose window ends with ``call`` (here and in the worker)."""
-        ended = [
-            earlier for earlier in kept if windows[earlier] == call and call < len(SEQUENCE) - 1
-        ]
+        if call == len(SEQUENCE) - 1:
+            return  # the gate's end lets every kept output go (``_release_kept``)
+        ended = [earlier for earlier in kept if windows[earlier] == call]
         if not ended:
             return
         for earlier in ended:
