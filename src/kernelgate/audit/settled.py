@@ -18,6 +18,7 @@ from kernelgate.audit.processes import (
     children_map,
     is_subreaper,
     kill_tree,
+    running,
 )
 
 REAP_SECONDS = 10.0  # how long killed leftovers may take to die before the judge gives up
@@ -41,12 +42,11 @@ class SettledTree:
 
 def _describe(pid: int) -> str | None:
     """``pid`` and its command line, or None for a zombie or a process already gone."""
+    if not running(pid):
+        return None
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
-        if stat[stat.rfind(")") + 2] == "Z":
-            return None
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, IndexError):
+    except OSError:
         return None
     command = " ".join(a.decode(errors="replace") for a in argv if a)[:120]
     return f"{pid} ({command or '?'})"
