@@ -210,8 +210,8 @@ def main() -> int:
     }
     if args.pch:
         cache = work / "pch"
-        headers = []
-        for row in rows:
+        headers, pairs = [], []
+        for row in rows:  # headers one at a time: each is built once per flag set
             build = Path(row.get("build_dir", "/nonexistent"))
             if row.get("outcome") != "built" or not (build / "main.cpp").exists():
                 continue
@@ -219,8 +219,15 @@ def main() -> int:
             if info.get("built_now"):
                 headers.append(info)
             if info.get("rc", 0) == 0:
-                row["cpp_plain"] = compile_cpp(build, None, args.limit)
-                row["cpp_pch"] = compile_cpp(build, folder, args.limit)
+                pairs.append((row, build, folder))
+
+        def both(pair: tuple[dict[str, Any], Path, Path]) -> None:
+            row, build, folder = pair
+            row["cpp_plain"] = compile_cpp(build, None, args.limit)
+            row["cpp_pch"] = compile_cpp(build, folder, args.limit)
+
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(both, pairs))
         result["headers"] = headers
     summarise(result)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
