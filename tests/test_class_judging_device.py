@@ -56,6 +56,23 @@ def test_the_probe_reaches_every_class_and_catches_a_flush(dtype: torch.dtype) -
     assert not same_rounding(flushed.to(dtype), on_cpu)
 
 
+INTEGERS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]
+
+
+@pytest.mark.parametrize("dtype", INTEGERS, ids=str)
+def test_integer_outputs_have_a_probe_of_their_own(dtype: torch.dtype) -> None:
+    """Top-k indices are int64: ORD-02 asked where to cast them and the probe, written for
+    floats only, raised (torch.finfo of an integer type) in the H200 run of 2026-12-05."""
+    probe = _rounding_probe(dtype)
+    assert probe.dtype == torch.float64 and torch.isfinite(probe).all()
+    assert same_rounding(probe.to(dtype), probe.to(dtype))
+    assert rounds_like_cpu("cpu", dtype)
+    assert not rounds_like_cpu("meta", dtype)
+    wrong = probe.to(dtype).clone()
+    wrong[0] = ~wrong[0] if dtype == torch.bool else wrong[0] + 1
+    assert not same_rounding(wrong, probe.to(dtype))
+
+
 def test_one_differing_bit_is_enough_and_nan_payloads_are_not_bits() -> None:
     on_cpu = _rounding_probe(torch.float32).to(torch.float32)
     one_off = on_cpu.clone()
@@ -126,7 +143,9 @@ def _exact_gates(candidate: str, device: str, monkeypatch: pytest.MonkeyPatch, *
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64], ids=str
+)
 def test_the_device_rounds_like_the_cpu(dtype: torch.dtype) -> None:
     """Not a promise of CUDA's, a property of PyTorch's build (no fast math): if this fails,
     the judge still holds (it judges on the CPU), but issue 19's speed-up is lost."""

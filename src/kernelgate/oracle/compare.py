@@ -107,6 +107,8 @@ def same_rounding(rounded: torch.Tensor, on_cpu: torch.Tensor) -> bool:
 
 def _rounding_probe(dtype: torch.dtype) -> torch.Tensor:
     """float64 values where a cast to ``dtype`` is most likely to go wrong (``rounds_like_cpu``)."""
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return _integer_probe(dtype)
     info = torch.finfo(dtype)
     tiny, eps, largest = float(info.tiny), float(info.eps), float(info.max)
     smallest = tiny * eps
@@ -139,6 +141,27 @@ def _rounding_probe(dtype: torch.dtype) -> torch.Tensor:
     ulp = torch.finfo(torch.float64).eps
     values = torch.cat([values, values * (1 - ulp), values * (1 + ulp)])
     return torch.cat([values, -values])
+
+
+def _integer_probe(dtype: torch.dtype) -> torch.Tensor:
+    """float64 values for a cast to an integer or bool ``dtype``: integers over the range,
+    its ends, fractions either side of zero (truncation). Values with no integer (NaN,
+    infinities, beyond the range) are left out: C leaves their cast undefined, so CUDA and
+    the CPU may disagree there, and they never arise: an integer output's float64 oracle
+    values are that output's integers."""
+    if dtype == torch.bool:
+        low, high = 0.0, 1.0
+    else:
+        info = torch.iinfo(dtype)
+        low, high = float(info.min), float(info.max)
+        if high > info.max:  # int64's max is no float64: the nearest is 2**63, past the range
+            high = math.nextafter(high, 0.0)
+    g = torch.Generator().manual_seed(0)
+    inside = torch.rand(ROUNDING_PROBE_SIZE, generator=g, dtype=torch.float64)
+    inside = (low + inside * (high - low)).clamp(low, high)
+    edges = torch.tensor([0.0, -0.0, 0.25, 0.5, 0.75, -0.5, low, high], dtype=torch.float64)
+    integers = torch.cat([inside, edges]).trunc()
+    return torch.cat([integers, edges[:6]])
 
 
 def value_classes(tensor: torch.Tensor) -> torch.Tensor:
