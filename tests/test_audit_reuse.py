@@ -163,12 +163,13 @@ def counting_executor(
     judge: Callable[[Any], dict[str, Any]] | None = None,
 ) -> list[str]:
     """The runner's executors made fakes that judge each record as its judge would record
-    it (inputs and environment included), verified unless ``judge`` gives fields to add;
-    returns the ids judged, in order."""
+    it (inputs, environment and an evidence file with its digest included), verified unless
+    ``judge`` gives fields to add; returns the ids judged, in order."""
     from kernelgate.audit import runner
     from kernelgate.audit.identity import judging_environment
-    from kernelgate.audit.judge import base_row
+    from kernelgate.audit.judge import base_row, evidence_path
     from kernelgate.audit.reuse import record_inputs
+    from kernelgate.evidence_io import write_atomic
 
     judged: list[str] = []
 
@@ -179,7 +180,11 @@ def counting_executor(
         def judge_all(self, records, options):
             for record in records:
                 judged.append(record.id)
+                evidence = evidence_path(Path(options.out_dir), record.id)
+                evidence.parent.mkdir(parents=True, exist_ok=True)
                 row = base_row(record) | {
+                    "evidence": str(evidence),
+                    "evidence_sha256": write_atomic(evidence, json.dumps([record.id]).encode()),
                     "verdict": "verified",
                     "stage": "gates",
                     "inputs_sha256": record_inputs(record),
@@ -355,3 +360,46 @@ def test_the_command_line_says_what_is_wrong_with_a_reuse_folder(tmp_path: Path)
     assert result.returncode == 2
     assert "--reuse" in result.stderr and "no such folder" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_row_whose_evidence_changed_is_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Evidence that is no longer what its judge wrote vouches for nothing: that pair is
+    judged again; the other's evidence is copied, byte for byte, into this audit's folder."""
+    from kernelgate.audit.judge import evidence_path
+
+    judged = counting_executor(monkeypatch)
+    names = ["honest", "nan_swallow"]
+    audit(write_pairs(tmp_path / "first", names), tmp_path / "out-first")
+    evidence_path(tmp_path / "out-first", "honest").write_text("[]")
+    judged.clear()
+    outcome = audit(
+        write_pairs(tmp_path / "second", names), tmp_path / "out", reuse=[tmp_path / "out-first"]
+    )
+    assert judged == ["honest"]
+    copied = evidence_path(tmp_path / "out", "nan_swallow")
+    assert copied.read_bytes() == evidence_path(tmp_path / "out-first", "nan_swallow").read_bytes()
+    assert outcome.summary["evidence_integrity"]["verified"] == 2
+
+
+def test_the_resume_command_keeps_reusing() -> None:
+    """An interrupted audit's resume command repeats its --reuse folders: the records left
+    may be found there too."""
+    from kernelgate.audit.command import resume_command
+
+    words = resume_command(
+        Path("a100.jsonl"),
+        Path("out"),
+        fmt="auto",
+        problems=None,
+        device="cuda",
+        workers=None,
+        executor="local",
+        ray_address=None,
+        limit=None,
+        timeout=60.0,
+        host_memory=None,
+        reuse=[Path("audit-h100"), Path("audit l40")],
+    )
+    assert words.endswith("--reuse audit-h100 --reuse 'audit l40' --resume")

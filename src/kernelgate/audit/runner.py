@@ -411,7 +411,7 @@ def _judge_and_report(
                 len(records) - len(todo),
                 resolved_format,
                 pool.description,
-                plan.line() if reuse_sources or plan.reused or plan.followers else None,
+                plan.line() if todo and (reuse_sources or plan.reused or plan.followers) else None,
             )
         )
     options = AuditOptions(
