@@ -265,8 +265,8 @@ def run_audit(
             )
         # read before anything starts: a bad --reuse folder is a usage error (exit 2)
         own = out_dir.resolve()
-        sources = [open_source(folder) for folder in dict.fromkeys(reuse)]
-        sources = [s for s in sources if s.folder != own]  # this audit's store: used anyway
+        others = [f for f in dict.fromkeys(reuse) if f.resolve() != own]  # its own: used anyway
+        sources = [open_source(folder) for folder in others]
 
         def executor_of(size: int | None) -> Executor:
             made = make_executor(
