@@ -54,8 +54,10 @@ from kernelgate.evidence_io import sha256_file, write_atomic
 from kernelgate.formats.corpus import CorpusRecord
 
 # Settings that name the corpus rather than decide a row: another corpus's audit is exactly
-# what is reused from (the records' own bytes are in the key instead).
-REUSE_IGNORED_SETTINGS = INFORMATIONAL_SETTINGS | {"source_sha256"}
+# what is reused from (the records' own bytes are in the key instead). ``problems`` is where
+# a KernelBench run's references were read from, a path of that machine: their bytes are
+# in the key too.
+REUSE_IGNORED_SETTINGS = INFORMATIONAL_SETTINGS | {"source_sha256", "problems"}
 # The fields of a row that belong to its record, not to its judging (``base_row``'s and
 # ``judge_record``'s): a reused row takes them from the record it stands for.
 IDENTITY_FIELDS = ("id", "format", "source_ids", "source_verdict")
