@@ -799,6 +799,15 @@ def audit_command(
             "together; a tool that runs past its share is recorded as out of budget",
         ),
     ] = DEFAULT_SANITIZE_SECONDS,
+    reuse: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--reuse",
+            help="the --out folder of an earlier audit (repeatable): a record whose pair it "
+            "judged with the same settings, code and environment takes that row instead of "
+            "being judged again (marked reused_from; see docs/audit.md)",
+        ),
+    ] = None,
 ) -> None:
     """Re-judge a corpus of accepted kernels: the old check beside the contract (exit 0 when
     the audit completes, whatever the verdicts; 130 or 143 when SIGINT or SIGTERM stops it,
@@ -827,6 +836,7 @@ def audit_command(
         authorship_rule=not no_authorship_rule,
         sanitize=not no_sanitize,
         sanitize_seconds=sanitize_seconds,
+        reuse=reuse or [],
         console=console,
         errors=errors,
     )

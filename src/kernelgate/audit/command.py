@@ -37,8 +37,11 @@ def resume_command(
     authorship_rule: bool = True,
     sanitize: bool = True,
     sanitize_seconds: float = DEFAULT_BUDGET_S,
+    reuse: Sequence[Path] = (),
 ) -> str:
     """The command that continues this audit: its options, with ``--resume``.
+
+    ``--reuse`` is repeated: the records still without a row may be found there too.
 
     ``--only`` is repeated as one comma-separated word: a resume must run the same gates.
 
@@ -69,6 +72,8 @@ def resume_command(
         words.append("--no-authorship-rule")
     if not sanitize:
         words.append("--no-sanitize")
+    for folder in reuse:
+        words += ["--reuse", str(folder)]
     return shlex.join([*words, "--resume"])
 
 
@@ -112,6 +117,7 @@ def audit_command_body(
     authorship_rule: bool = True,
     sanitize: bool = True,
     sanitize_seconds: float = DEFAULT_BUDGET_S,
+    reuse: Sequence[Path] = (),
     console: Console,
     errors: Console,
 ) -> None:
@@ -127,15 +133,23 @@ def audit_command_body(
             + (f"; partial audit, only {', '.join(selected)} (--only)" if selected else ""),
             highlight=False,
         )
+        if plan.reuse is not None:
+            errors.print(plan.reuse, highlight=False, soft_wrap=True)
         state["task"] = progress.add_task("judging", total=plan.records - plan.already_done)
 
     def on_row(row: dict[str, Any]) -> None:
         progress.update(state["task"], advance=1, description=f"{row['id']}: {row['verdict']}")
         if not errors.is_terminal:  # a log (CI, a device call): the bar draws nothing there
             task = progress.tasks[0]
+            origin = row.get("reused_from")
+            how = (
+                f"reused from {origin.get('source') or origin.get('audit')} ({origin.get('id')})"
+                if origin
+                else f"in {row.get('seconds', 0):.0f} s"
+            )
             errors.print(
                 f"[{task.completed:.0f}/{task.total:.0f}] {row['id']}: {row['verdict']} "
-                f"(old check {row.get('old_check', 'not run')}) in {row.get('seconds', 0):.0f} s",
+                f"(old check {row.get('old_check', 'not run')}) {how}",
                 highlight=False,
             )
 
@@ -163,6 +177,7 @@ def audit_command_body(
                 sanitize=sanitize,
                 sanitize_seconds=sanitize_seconds,
                 host_memory_gib=host_memory,
+                reuse=tuple(reuse),
                 on_plan=on_plan,
                 on_row=on_row,
             )
@@ -185,6 +200,7 @@ def audit_command_body(
             authorship_rule=authorship_rule,
             sanitize=sanitize,
             sanitize_seconds=sanitize_seconds,
+            reuse=reuse,
         )
         errors.print(interrupted_line(stop, out, resume_with), highlight=False, soft_wrap=True)
         raise  # cli.main exits with stop.exit_code, at once (see there)
@@ -193,7 +209,9 @@ def audit_command_body(
     old = ", ".join(f"{k} {v}" for k, v in summary["old_check"].items())
     matrix = summary["disagreement"]
     console.print(
-        f"{summary['records']} record(s), {outcome.judged_now} judged now", highlight=False
+        f"{summary['records']} record(s), {outcome.judged_now} judged now"
+        + (f", {outcome.reused_now} reused" if outcome.reused_now else ""),
+        highlight=False,
     )
     if summary.get("only"):
         console.print(partial_audit_text(summary["only"]), highlight=False, soft_wrap=True)

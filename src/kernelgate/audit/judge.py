@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from kernelgate.audit import admission, oldcheck, zygote
 from kernelgate.audit.device_checks import authored_kernel_count, res02_row, sanitizer_row
 from kernelgate.audit.device_waits import block_on_device_waits
+from kernelgate.audit.identity import inputs_digest, judging_environment, problem_folder
 from kernelgate.audit.interrupt import Interruption
 from kernelgate.audit.memory_guard import HostMemoryGuard
 from kernelgate.audit.processes import (
@@ -512,6 +513,12 @@ def judge_isolated(
 # -- the child's side ------------------------------------------------------------------------
 
 
+def source_text_bytes(source: str | None) -> bytes:
+    """The bytes a record held as text is written as (``materialize``), and hashed as by
+    ``reuse.record_inputs``: one function, so the two cannot drift apart."""
+    return (source or "").encode()
+
+
 def materialize(record: CorpusRecord, work: Path) -> tuple[Path, Path]:
     """Files for ``verify`` (which takes paths): the corpus's own, or written from text."""
     paths = []
@@ -523,7 +530,7 @@ def materialize(record: CorpusRecord, work: Path) -> tuple[Path, Path]:
             paths.append(Path(path).resolve())
         else:
             target = work / f"{role}.py"
-            target.write_text(source or "")
+            target.write_bytes(source_text_bytes(source))
             paths.append(target.resolve())
     return paths[0], paths[1]
 
@@ -584,6 +591,10 @@ def judge_record(
     stated = problem.folder if problem is not None else reference  # what the verdict judges by
     only = options.gates_selected
     row |= {"reference": str(reference), "candidate": str(candidate), "only": only}
+    # what this judge reads, digested: a later audit of the same pair reuses the row (reuse.py)
+    row["inputs_sha256"] = inputs_digest(
+        reference.read_bytes(), candidate.read_bytes(), problem_folder(record)
+    )
     replay = ["kernelgate", "verify", str(stated), str(candidate), "--device", options.device]
     for gate in only or ():  # a partial audit's verdict replays with the same selection
         replay += ["--only", gate]
@@ -712,6 +723,8 @@ def judge_record(
     (work / OLD_CHECK_NAME).unlink(missing_ok=True)
     row["seconds"] = round(time.monotonic() - started, 2)
     row["peak_memory"] = peak_memory()
+    # the versions and device that decided this verdict, as this judge saw them (reuse.py)
+    row["environment"] = judging_environment(options.device)
     return row
 
 

@@ -137,22 +137,30 @@ def throughput(runs: list[dict[str, Any]], records: int) -> dict[str, Any]:
     A run's wall time is from its start to the later of its last row and its last heartbeat
     (a run killed at a deadline has no end of its own; one that judged nothing still took its
     time); rows of stores older than the run log are not covered.
+
+    Rows reused from another judging of the same pair (``reuse.py``) cost a run next to
+    nothing: ``judged_per_hour`` counts judged rows only, and ``rows_per_hour_with_reused``,
+    all rows, is given apart so that the two are never taken for each other.
     """
     timed = [r for r in runs if _run_end(r) is not None]
     hours = sum(max(_run_end(r) - r["started"], 0.0) for r in timed) / 3600
     judged = sum(r["judged"] for r in timed)
+    reused = sum(r.get("reused", 0) for r in timed)
     return {
         "runs": len(runs),
         "judged_in_timed_runs": judged,
+        "reused_in_timed_runs": reused,
         "rows_in_timed_runs": sum(r["rows"] for r in timed),
         "rows_without_run": records - sum(r["rows"] for r in runs),
         "wall_hours": round(hours, 4),
         "judged_per_hour": round(judged / hours, 1) if hours else None,
+        "rows_per_hour_with_reused": round((judged + reused) / hours, 1) if hours else None,
         "per_run": [
             {
                 "run": r["run"],
                 "workers": r.get("workers"),
                 "judged": r["judged"],
+                "reused": r.get("reused", 0),
                 "wall_s": round(_run_end(r) - r["started"], 1) if _run_end(r) else None,
             }
             for r in runs
@@ -309,6 +317,7 @@ def summarize(
             "verify_p95_s": _percentile(verify_seconds, 0.95),
         },
         "throughput": throughput(list(runs), len(rows)),
+        "reused": reused_summary(rows),
         # records narrowed (or, judged strictly, rejected) around a fault they do not guard
         "unguarded_precondition": {
             "records": len(unguarded),
@@ -348,10 +357,46 @@ def summarize(
                     g["id"]: local(g.get("reason")) for g in r["gates"] if g.get("status") == "fail"
                 },
                 "evidence": local(r.get("evidence")),
+                "reused_from": r.get("reused_from"),
             }
             for r in rows
         ],
     }
+
+
+def reused_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many rows were reused from another judging of the same pair, and from which
+    audits (``reuse.py``); ``judged`` is the rows judged in this audit's own runs."""
+    origins = Counter(
+        (str(r["reused_from"].get("audit")), r["reused_from"].get("source"))
+        for r in rows
+        if r.get("reused_from")
+    )
+    reused = sum(origins.values())
+    return {
+        "rows": reused,
+        "judged": sum(1 for r in rows if r["verdict"] != "unreadable") - reused,
+        "from": [
+            {"audit": audit, "source": source, "rows": count}
+            for (audit, source), count in origins.most_common()
+        ],
+    }
+
+
+def reused_text(summary: dict[str, Any]) -> str | None:
+    """The report's line on reused rows (None: none was reused)."""
+    reused = summary.get("reused") or {}
+    if not reused.get("rows"):
+        return None
+    origins = ", ".join(
+        f"{o['rows']} from {o.get('source') or Path(str(o['audit'])).name}" for o in reused["from"]
+    )
+    return (
+        f"Reused: {reused['rows']} row(s) were not judged in this audit but copied from an "
+        f"earlier judging of the same pair, with the same settings, code and environment "
+        f"({origins}); {reused['judged']} row(s) were judged here. The reused rows are listed "
+        "under 'Reused verdicts'."
+    )
 
 
 # A record's work folder (audit.judge.work_folder_name) wherever the store was written: the
@@ -699,14 +744,24 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
             ],
         ),
         (
-            "Throughput (judged records per hour of audit wall time)",
-            ["runs", "judged", "wall hours", "per hour", "rows from before the run log"],
+            "Throughput (judged records per hour of audit wall time; reused rows not counted)",
+            [
+                "runs",
+                "judged",
+                "reused",
+                "wall hours",
+                "judged per hour",
+                "rows per hour counting reused (not throughput)",
+                "rows from before the run log",
+            ],
             [
                 [
                     str(summary["throughput"]["runs"]),
                     str(summary["throughput"]["judged_in_timed_runs"]),
+                    str(summary["throughput"].get("reused_in_timed_runs", 0)),
                     _fmt(summary["throughput"]["wall_hours"]),
                     _fmt(summary["throughput"]["judged_per_hour"]),
+                    _fmt(summary["throughput"].get("rows_per_hour_with_reused")),
                     str(summary["throughput"]["rows_without_run"]),
                 ]
             ],
@@ -763,6 +818,21 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
             "Judged with (kernelgate source digest)",
             ["digest", "rows"],
             [[k, str(v)] for k, v in summary.get("judged_with", {}).items()],
+        ),
+        (
+            "Reused verdicts (copied from an earlier judging of the same pair, not judged here)",
+            ["record", "verdict", "reused from (audit)", "record there"],
+            [
+                [
+                    row["id"],
+                    row["verdict"],
+                    str(row["reused_from"].get("source") or row["reused_from"].get("audit")),
+                    str(row["reused_from"].get("id")),
+                ]
+                for row in summary["rows"]
+                if row.get("reused_from")
+            ]
+            or [["-", "-", "none", "-"]],
         ),
     ]
     return tables
@@ -863,6 +933,7 @@ def _markdown(summary: dict[str, Any], images: dict[str, bytes]) -> str:
         f"`{summary['settings']['device']}`, {_records_text(summary)}.",
         "",
         *([f"> **{partial_audit_text(summary['only'])}**", ""] if summary.get("only") else []),
+        *([reused_text(summary), ""] if reused_text(summary) else []),
         integrity,
         "",
         *[f"> **{warning}**\n" for warning in warnings],
@@ -909,6 +980,8 @@ def _html(summary: dict[str, Any], images: dict[str, bytes]) -> str:
     ]
     if summary.get("only"):
         parts.append(f"<p style='color:#b00'><b>{e(partial_audit_text(summary['only']))}</b></p>")
+    if reused_text(summary):
+        parts.append(f"<p>{e(reused_text(summary) or '')}</p>")
     integrity, warnings = integrity_text(summary)
     parts.append(f"<p>{e(integrity)}</p>")
     parts += [f"<p style='color:#b00'><b>{e(warning)}</b></p>" for warning in warnings]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelgate.audit.executors import Executor, make_executor, side_by_side
+from kernelgate.audit.identity import judging_environment
 from kernelgate.audit.interrupt import (
     JUDGES_GONE_SECONDS,
     POLL_SECONDS,
@@ -27,12 +28,21 @@ from kernelgate.audit.interrupt import (
 )
 from kernelgate.audit.judge import (
     AuditOptions,
+    code_digest,
     memory_failure,
     result_path,
     unreadable_row,
 )
 from kernelgate.audit.memory_guard import GIB, set_host_memory
 from kernelgate.audit.report import write_report
+from kernelgate.audit.reuse import (
+    ReuseSource,
+    open_source,
+    plan_reuse,
+    reused_row,
+    row_key,
+    settings_key,
+)
 from kernelgate.audit.store import STORE_NAME, ResultStore
 from kernelgate.errors import KernelgateError
 from kernelgate.formats.corpus import CorpusRecord, detect_format, read_corpus
@@ -49,14 +59,17 @@ class AuditPlan:
     already_done: int
     format: str
     executor: str
+    # the line that says what is reused from where (None: no --reuse and nothing repeats)
+    reuse: str | None = None
 
 
 @dataclass
 class AuditOutcome:
     records: int
-    judged_now: int
+    judged_now: int  # judged by this run (not counting rows reused: ``reused_now``)
     out_dir: Path
     summary: dict[str, Any]
+    reused_now: int = 0
 
 
 def source_digest(source: Path) -> str:
@@ -173,10 +186,15 @@ def run_audit(
     authorship_rule: bool = True,
     sanitize: bool = True,
     sanitize_seconds: float = DEFAULT_BUDGET_S,
+    reuse: Sequence[Path] = (),
     on_plan: Callable[[AuditPlan], None] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> AuditOutcome:
     """Audit SOURCE into OUT_DIR; raises ``KernelgateError`` only for usage errors.
+
+    ``reuse``: output folders of earlier audits whose rows stand for records of the same
+    pair judged the same way, instead of judging them again (``reuse.py``); this audit's
+    own rows stand for repeats of a pair within it, with or without ``reuse``.
 
     ``host_memory_gib`` is the host's memory where ``MemTotal`` shows only part of it (see
     ``memory_guard``); it changes when judges are stopped for memory, never a verdict.
@@ -245,6 +263,10 @@ def run_audit(
                 if sanitize
                 else "off"
             )
+        # read before anything starts: a bad --reuse folder is a usage error (exit 2)
+        own = out_dir.resolve()
+        others = [f for f in dict.fromkeys(reuse) if f.resolve() != own]  # its own: used anyway
+        sources = [open_source(folder) for folder in others]
 
         def executor_of(size: int | None) -> Executor:
             made = make_executor(
@@ -285,6 +307,7 @@ def run_audit(
                 retry_errors=retry_errors,
                 rejudge=rejudge,
                 rejudge_records=rejudge_records,
+                reuse_sources=sources,
                 on_plan=on_plan,
                 on_row=on_row,
             )
@@ -336,17 +359,25 @@ def _judge_and_report(
     rejudge_records: tuple[str, ...],
     on_plan: Callable[[AuditPlan], None] | None,
     on_row: Callable[[dict[str, Any]], None] | None,
+    reuse_sources: Sequence[ReuseSource] = (),
 ) -> AuditOutcome:
     """Judge every record of ``records`` without a row in ``store``, then write the report.
 
     Every row is stored only after ``interruption.check()``: once a stop is asked, nothing
     more is stored or deferred, so a record whose judge the stop killed has no row (and
     does not pass for a memory failure).
+
+    Before judging, each record looks for a row of the same judging in ``reuse_sources``
+    and this store (``reuse.plan_reuse``): those found are stored first, as reused rows;
+    a record whose pair another record of this run judges waits for that row, and is
+    judged itself at the end only if that row is no final verdict.
     """
+    forgotten: set[str] = set()  # records an option asked to judge again: never reused
 
     def forget(ids: set[str]) -> None:
         """Drop the rows of ``ids`` and their judges' results: judged afresh."""
         store.forget(ids)
+        forgotten.update(ids)
         for record_id in ids:
             result_path(out_dir, record_id).unlink(missing_ok=True)
 
@@ -362,9 +393,26 @@ def _judge_and_report(
     done = store.done_ids()
     position = {record.id: index for index, record in enumerate(records)}
     todo = [r for r in records if r.id not in done]
+    deciding, code = settings_key(settings), code_digest()
+    environment = judging_environment(device, every_gpu=True) if todo else {}
+    own = ReuseSource(out_dir.resolve(), settings, store.rows(), own=True)
+    plan = plan_reuse(
+        todo,
+        [own, *reuse_sources],
+        deciding=deciding,
+        code=code,
+        environment=environment,
+        must_judge=forgotten,
+    )
     if on_plan is not None:
         on_plan(
-            AuditPlan(len(records), len(records) - len(todo), resolved_format, pool.description)
+            AuditPlan(
+                len(records),
+                len(records) - len(todo),
+                resolved_format,
+                pool.description,
+                plan.line() if todo and (reuse_sources or plan.reused or plan.followers) else None,
+            )
         )
     options = AuditOptions(
         str(out_dir.resolve()),
@@ -380,19 +428,45 @@ def _judge_and_report(
     )
     interruption.check()
     if todo:
-        store.begin_run({"workers": pool.workers, "executor": pool.description})
+        store.begin_run(
+            {
+                "workers": pool.workers,
+                "executor": pool.description,
+                # what a row judged now would record (the judges record their own in it)
+                "environment": environment,
+                "reuse": [s.label for s in reuse_sources],
+            }
+        )
+    reused_now = 0
 
     def keep(record: CorpusRecord, row: dict[str, Any]) -> None:
+        nonlocal reused_now
         interruption.check()  # after a stop, rows are those of killed judges: none is stored
         store.put(position[record.id], row)
+        reused_now += "reused_from" in row
         if on_row is not None:
             on_row(row)
+        key = plan.leaders.pop(record.id, None)
+        if key is not None and row_key(row, deciding) == key:  # its repeats take this row
+            for follower in plan.followers.pop(key, []):
+                copied = reused_row(follower, own, row, out_dir)
+                if copied is not None:
+                    keep(follower, copied)
+                else:  # its evidence changed since: judged at the end, as the others
+                    plan.followers.setdefault(key, []).append(follower)
 
     # the run's wall time counts even if it is killed with every judge still busy
     alive = store.heartbeat() if todo else contextlib.nullcontext()
     with alive:
         for record in (r for r in todo if r.unreadable is not None):
             keep(record, unreadable_row(record))
+        unjudged: set[str] = set()  # reused, or waiting for a row of this run to reuse
+        for record, source, old in plan.reused:
+            copied = reused_row(record, source, old, out_dir)
+            if copied is not None:  # else its evidence changed since the plan: judged
+                keep(record, copied)
+                unjudged.add(record.id)
+        unjudged |= {r.id for waiting in plan.followers.values() for r in waiting}
 
         def judge_deferred(records: list[CorpusRecord], sizes: list[int] | None = None) -> None:
             """Once more with fewer judges beside them, then one at a time with the
@@ -421,8 +495,12 @@ def _judge_and_report(
         # stopped at a deadline, they would never start, and before it, the machine
         # would idle while a few large records finish.
         deferred_ids = store.alone_ids()
-        earlier = [r for r in todo if r.id in deferred_ids]
-        readable = [r for r in todo if r.unreadable is None and r.id not in deferred_ids]
+        earlier = [r for r in todo if r.id in deferred_ids and r.id not in unjudged]
+        readable = [
+            r
+            for r in todo
+            if r.unreadable is None and r.id not in deferred_ids and r.id not in unjudged
+        ]
         few, *then = retry_pool_sizes(pool.workers)
         beside = few if earlier and readable and pool.workers > few else 0
         main, retry = pool, None
@@ -461,6 +539,19 @@ def _judge_and_report(
         interruption.check()  # a stopped executor ends its stream early, without a row
         judge_deferred(still_deferred, then or [1])
         judge_deferred(newly_deferred)
+        # repeats whose pair got no final row here (an error, say): each judged after all
+        repeats = plan.pending()
+        if repeats:
+            newly_deferred = []
+            with contextlib.closing(pool.judge_all(repeats, options)) as rows:
+                for record, row in rows:
+                    interruption.check()
+                    if memory_failure(row) and pool.workers > 1:
+                        store.defer_alone(record.id, str(row.get("reason") or "memory"))
+                        newly_deferred.append(record)
+                    else:
+                        keep(record, row)
+            judge_deferred(newly_deferred)
     interruption.check()
     summary = write_report(out_dir, store.rows(), settings, store.runs(), corpus_ids)
-    return AuditOutcome(len(records), len(todo), out_dir, summary)
+    return AuditOutcome(len(records), len(todo) - reused_now, out_dir, summary, reused_now)

@@ -198,13 +198,19 @@ class ResultStore:
             self._db.execute("DELETE FROM alone WHERE id = ?", (row["id"],))
 
     def runs(self) -> list[dict[str, Any]]:
-        """Each audit run: start, its settings of the moment, rows it judged, last row time."""
+        """Each audit run: start, its settings of the moment, rows it judged, last row time.
+
+        ``judged`` counts the rows its judges made; rows it copied from another judging of
+        the same pair (``reused_from``: reuse.py) are ``reused``, never ``judged``.
+        """
         out = []
         for run, started, info, last_seen in self._db.execute(
             "SELECT run, started, info, last_seen FROM runs"
         ):
-            count, judged, last = self._db.execute(
-                "SELECT COUNT(*), SUM(json_extract(data, '$.verdict') != 'unreadable'),"
+            count, judged, reused, last = self._db.execute(
+                "SELECT COUNT(*), SUM(json_extract(data, '$.verdict') != 'unreadable'"
+                " AND json_extract(data, '$.reused_from') IS NULL),"
+                " SUM(json_extract(data, '$.reused_from') IS NOT NULL),"
                 " MAX(finished) FROM rows WHERE run = ?",
                 (run,),
             ).fetchone()
@@ -215,6 +221,7 @@ class ResultStore:
                     **json.loads(info),
                     "rows": count,
                     "judged": judged or 0,
+                    "reused": reused or 0,
                     "last_row": last,
                     "last_seen": last_seen,
                 }

@@ -1,0 +1,93 @@
+"""What decides a record's row, digested: the key under which a verdict may be reused.
+
+A row is reused (``reuse.py``) only where everything that decides it is the same: the bytes
+the judge read (reference, candidate and, for a problem folder, the folder's files), the
+record's format (AUTH-01's default share depends on it), the store settings that decide
+rows, the judge's code (``judge.code_digest``) and the environment that ran it (torch,
+Triton, CUDA, the device and the GPU's name). The judge records the first and the last in
+each row as it judges (``inputs_sha256``, ``environment``), so a row carries its own
+identity wherever its store is carried, reused rows included.
+
+This module is imported by the judge child: it imports nothing of the audit's parent side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from kernelgate.formats.corpus import CorpusRecord
+
+# Verdicts that end a record's judging: an ``error`` (the judge failed) or ``unreadable``
+# (never judged) row is no verdict about the pair, and is never reused.
+FINAL_VERDICTS = ("verified", "narrowed", "rejected")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def folder_digest(folder: Path) -> str:
+    """SHA-256 of every file of ``folder`` with its relative path (a problem's statement,
+    tolerance and reference all live there)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def problem_folder(record: CorpusRecord) -> str | None:
+    """The problem folder a record of format ``problem`` is judged against (None: other
+    formats, which the reference's bytes decide alone)."""
+    if record.format != "problem":
+        return None
+    folder = record.source_ids.get("problem")
+    return str(folder) if folder else None
+
+
+def inputs_digest(reference: bytes, candidate: bytes, problem: str | None) -> dict[str, Any]:
+    """The row's ``inputs_sha256``: digests of what the judge read."""
+    return {
+        "reference": sha256_hex(reference),
+        "candidate": sha256_hex(candidate),
+        "problem": folder_digest(Path(problem)) if problem else None,
+    }
+
+
+def judging_environment(device: str, *, every_gpu: bool = False) -> dict[str, Any]:
+    """The versions and device that decide verdicts.
+
+    In a judge (``every_gpu`` False) the GPU is the one it was pinned to; the audit's
+    parent (``every_gpu`` True) cannot know which GPU a judge will get, so it names the
+    one model every visible GPU shares, or ``mixed: ...``, which matches no judge's row:
+    on a host of mixed GPUs nothing is reused. The device name is asked of torch (no CUDA
+    context is made for it: no memory is taken on the GPU).
+    """
+    import torch
+    import triton
+
+    env: dict[str, Any] = {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "device": device,
+        "gpu": None,
+    }
+    if device != "cpu" and torch.cuda.is_available():
+        if every_gpu:
+            names = {torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())}
+            env["gpu"] = names.pop() if len(names) == 1 else "mixed: " + ", ".join(sorted(names))
+        else:
+            env["gpu"] = torch.cuda.get_device_name()
+    return env
+
+
+def reuse_key(inputs: Any, fmt: Any, settings_key: str, code: Any, environment: Any) -> str | None:
+    """The identity of one judging (None where a part is unrecorded: never reused)."""
+    if not (isinstance(inputs, dict) and isinstance(environment, dict) and code and fmt):
+        return None
+    parts = [inputs, fmt, settings_key, code, environment]
+    return sha256_hex(json.dumps(parts, sort_keys=True).encode())
