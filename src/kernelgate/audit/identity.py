@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +78,35 @@ def judging_environment(device: str, *, every_gpu: bool = False) -> dict[str, An
         "device": device,
         "gpu": None,
     }
-    if device != "cpu" and torch.cuda.is_available():
+    if device != "cpu":
         if every_gpu:
-            names = {torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())}
+            names = set(_gpu_names_from_a_child())
             env["gpu"] = names.pop() if len(names) == 1 else "mixed: " + ", ".join(sorted(names))
-        else:
+        elif torch.cuda.is_available():
             env["gpu"] = torch.cuda.get_device_name()
     return env
+
+
+def _gpu_names_from_a_child() -> list[str]:
+    """Every visible GPU's name as torch gives it, asked in a child process.
+
+    Asking torch here would initialise CUDA in the audit's parent (``get_device_name``
+    runs ``torch.cuda._lazy_init``), and torch then refuses CUDA in every process forked
+    from it afterwards ("Cannot re-initialize CUDA in forked subprocess"). A child costs a
+    torch import once an audit; one that fails names no GPU, which matches no judge's row
+    (nothing is reused, nothing is wrong)."""
+    script = (
+        "import json, torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0;"
+        " print(json.dumps([torch.cuda.get_device_name(i) for i in range(n)]))"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+        )
+        names = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        names = []
+    return [str(n) for n in names] or ["unknown (the GPU could not be named)"]
 
 
 def reuse_key(inputs: Any, fmt: Any, settings_key: str, code: Any, environment: Any) -> str | None:
