@@ -28,6 +28,15 @@ folder, never kept. Run on the H200 (the acceptance of issue 19)::
 
 On a CPU the JSON goes to /tmp unless ``--json`` says otherwise, so a trial never
 overwrites device results.
+
+``--from-audit DIR`` times nothing: an audit's judge runs the check and then the gates in
+one process and says in its row how long the check took (``old_check_seconds``), so one
+full audit is the one run that gives every record's check and verdict times and the records
+an hour (``rows_from_audit`` says how ``verdict_s`` is formed there)::
+
+    kernelgate audit h100.jsonl --out audit --device cuda --workers 12
+    PYTHONPATH=src python benchmarks/judge_speed.py h100.jsonl --level 1 --from-audit audit \
+        --json benchmarks/results/judge-speed.json
 """
 
 from __future__ import annotations
@@ -88,6 +97,17 @@ MEANINGS = {
     "judge at a time would reach on verdicts alone (a derived figure, not a measured audit)",
     "sequential_check_and_verdict_records_per_hour": "3600 * records / sum(check_s + "
     "verdict_s): one judge at a time doing what an audit's judge does (derived, not measured)",
+}
+
+# What the figures mean when they come from an audit's rows (``--from-audit``).
+FROM_AUDIT_MEANINGS = {
+    "check_s": "the audit judge's own wall time of the KernelBench check (old_check_seconds "
+    "of its row), with the audit's other judges running beside it",
+    "verdict_s": "the audit judge's launch-to-row wall time (judge_started_s + seconds) minus "
+    "check_s: start-up, contract, every gate, evidence; the verification's worker starts "
+    "during the check, and that overlap is counted in check_s",
+    "audit_records_per_hour": "judged rows per hour of that same audit's wall time "
+    "(summary throughput: judged_per_hour; unreadable and reused rows not counted)",
 }
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -380,6 +400,153 @@ def run_timed_audit(
     }
 
 
+# -- from an audit's rows --------------------------------------------------------------------
+
+
+def rows_from_audit(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per-record rows and the audit block, read from a finished (or stopped) audit's store.
+
+    The audit's judge runs the KernelBench check and then the gates in one process
+    (``judge_record``), and its row says how long the check took (``old_check_seconds``): the
+    check and the verdict of each record are then timed in one run, the audit itself, with
+    its judges side by side, and the same audit gives ``audit_records_per_hour``. Nothing
+    is run again. ``verdict_s`` is the judge's launch-to-row time minus the check
+    (``judge_started_s`` + ``seconds`` - ``old_check_seconds``); the verification's worker
+    starts while the check runs (``_spawned_ahead``), so what overlaps the check is counted
+    once, in the check. Rows whose check was taken from an earlier attempt (a resumed
+    judge), or of stores written before ``old_check_seconds`` existed, have no ratio.
+    """
+    from kernelgate.audit import report
+
+    path = folder / STORE_NAME
+    if not path.is_file():
+        raise KernelgateError(
+            f"{folder} holds no audit store ({STORE_NAME}): give the --out folder of a "
+            "`kernelgate audit` run"
+        )
+    store = ResultStore(path)
+    try:
+        stored, runs, settings = store.rows(), store.runs(), store.settings()
+    finally:
+        store.close()
+    rows = [audit_row(row) for row in stored]
+    rate = report.throughput(runs, len(stored))
+    audit = {
+        "source": "the audit whose rows these are (--from-audit)",
+        "folder": str(folder),
+        "settings": settings,
+        "workers": sorted({r.get("workers") for r in runs if r.get("workers") is not None}),
+        "records": len(stored),
+        "rows_stored": len(stored),
+        "complete": len(stored) == len(store_corpus(path) or stored),
+        "wall_s": round(rate["wall_hours"] * 3600, 1),
+        "audit_records_per_hour": rate["judged_per_hour"],
+        "throughput": rate,
+        "verdicts": dict(Counter(str(r.get("verdict")) for r in stored)),
+        "old_check": dict(Counter(str(r.get("old_check")) for r in stored)),
+    }
+    return rows, audit
+
+
+def store_corpus(path: Path) -> list[str] | None:
+    """The record ids the audit set out to judge (None for stores that do not say)."""
+    store = ResultStore(path)
+    try:
+        return store.corpus_ids()
+    finally:
+        store.close()
+
+
+def audit_row(stored: dict[str, Any]) -> dict[str, Any]:
+    """One judge_speed row from one audit row (see ``rows_from_audit``)."""
+    ids = stored.get("source_ids") or {}
+    row: dict[str, Any] = {
+        "id": stored["id"],
+        "level": _int_or_none(ids.get("level")),
+        "task": ids.get("task", ids.get("problem")),
+        "check_s": None,
+        "verdict_s": None,
+        "ratio": None,
+        "verdict": stored.get("verdict"),
+        "stage": stored.get("stage"),
+        "failed_gates": stored.get("failed_gates", []),
+        "check_status": stored.get("old_check", oldcheck.NOT_RUN),
+        "check_status_current": stored.get("old_check_current", stored.get("old_check")),
+        "judge_s": stored.get("seconds"),
+        "verify_s": stored.get("verify_seconds"),
+        "judge_started_s": stored.get("judge_started_s"),
+        "gate_seconds": {
+            g["id"]: g.get("seconds")
+            for g in stored.get("gates", [])
+            if g.get("status") != "skipped"
+        },
+        "errors": [],
+    }
+    if stored.get("reused_from"):
+        row["errors"].append("reused from another audit: not timed here")
+        return row
+    check = stored.get("old_check_seconds")
+    if row["check_status"] in CHECK_RAN and isinstance(check, int | float):
+        row["check_s"] = round(float(check), 3)
+        total = float(stored.get("judge_started_s") or 0.0) + float(stored.get("seconds") or 0)
+        row["verdict_s"] = round(max(total - check, 0.0), 3)
+        if check > 0:
+            row["ratio"] = round(row["verdict_s"] / check, 4)
+    if stored.get("verdict") == judge.ERROR and stored.get("reason"):
+        row["errors"].append(f"verdict: {str(stored['reason'])[:REASON_CHARS]}")
+    return row
+
+
+def from_audit_run(
+    corpus: Path, folder: Path, *, level: int | None, json_out: Path | None, errors: Console
+) -> dict[str, Any]:
+    """The ``--from-audit`` command: the JSON of a timed run, made from an audit's rows."""
+    rows, audit = rows_from_audit(folder)
+    if level is not None and not any(r.get("level") == level for r in rows):
+        raise KernelgateError(f"no row of the audit in {folder} is of level {level}")
+    if json_out is None:
+        json_out = DEVICE_RESULTS if audit["settings"].get("device") == "cuda" else CPU_RESULTS
+    settings = {
+        "corpus": corpus.name,
+        "corpus_sha256": corpus_sha256(corpus) if corpus.is_file() else None,
+        "level": level,
+        "whole_file": True,
+        "from_audit": str(folder),
+        "device": audit["settings"].get("device"),
+        "timeout": audit["settings"].get("timeout"),
+        "seed": audit["settings"].get("seed"),
+        "jobs": audit["workers"],
+    }
+    audit_sha = audit["settings"].get("source_sha256")
+    if settings["corpus_sha256"] and audit_sha and audit_sha != settings["corpus_sha256"]:
+        raise KernelgateError(f"the audit in {folder} judged another corpus than {corpus}")
+    document = results_document(
+        rows,
+        settings=settings,
+        level=level,
+        whole_file=True,
+        audit=audit,
+        complete=bool(audit["complete"]),
+        meta=provenance(str(settings["device"] or "cpu")),
+    )
+    document["meanings"] = MEANINGS | FROM_AUDIT_MEANINGS
+    write_atomic(json_out, json.dumps(document, indent=1) + "\n")
+    errors.print(
+        f"{len(rows)} rows of {folder}: ratio median {document['ratio_median']} over "
+        f"{document['headline_over']}, {document['audit_records_per_hour']} records an hour; "
+        f"results: {json_out}",
+        highlight=False,
+    )
+    return document
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 # -- provenance ------------------------------------------------------------------------------
 
 
@@ -561,9 +728,23 @@ def main(
             "worker pays for them; the JSON says how many ran beside each other).",
         ),
     ] = 1,
+    from_audit: Annotated[
+        Path | None,
+        typer.Option(
+            help="Time nothing: read check and verdict times from this audit folder's rows "
+            "(one run: the audit), and its records an hour. CORPUS names what it audited."
+        ),
+    ] = None,
 ) -> None:
     """Time the KernelBench check and the full verdict per record; write the JSON."""
     errors = Console(stderr=True)
+    if from_audit is not None:
+        try:
+            from_audit_run(corpus, from_audit, level=level, json_out=json_out, errors=errors)
+        except KernelgateError as exc:
+            errors.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        return
     # a device call's deadline sends SIGTERM: unwind as for Ctrl-C, so the judge in flight
     # and its processes are killed (judge_isolated) and the scratch folder removed
     signal.signal(signal.SIGTERM, _interrupt)

@@ -245,6 +245,8 @@ def test_audit_writes_a_complete_report(
         "error": 0,
     }
     assert summary["old_check"] == {"accepted": 2, "rejected": 4, "not-run": 1, "error": 0}
+    # the check's own wall time, for judge_speed.py --from-audit (no earlier attempt here)
+    assert stored_rows(out)["nan_swallow"]["old_check_seconds"] > 0
     assert summary["disagreement"] == {
         "old_accepts_contract_verified": 1,
         "old_accepts_contract_narrowed": 0,
@@ -1034,6 +1036,7 @@ def test_a_judge_killed_mid_record_resumes_at_its_next_gate(tmp_path: Path) -> N
     row = stored_rows(out)["killer"]
     assert kills.exists() and row["judged_alone"]
     assert row["verdict"] == "verified" and row["old_check"] == "accepted"
+    assert row["old_check_seconds"] is None  # the retry took the first attempt's check
     resumed = row["resumed_gates"]  # the gates finished before the 12th call, in order
     assert 0 < len(resumed) < len(GATE_IDS) and resumed == list(GATE_IDS[: len(resumed)])
     assert row["only"] == ["CMP-01", "CMP-02", "CMP-03"]

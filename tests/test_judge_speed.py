@@ -208,3 +208,71 @@ def test_selection_by_level_ids_sample_and_limit() -> None:
     assert ids(sample=4) == ["c/L1/T1", "c/L1/T3", "c/L2/T1", "c/L2/T3"]
     with pytest.raises(KernelgateError, match="not in the corpus"):
         ids(ids=["c/L9/T9"])
+
+
+def _audit_folder(tmp_path: Path) -> Path:
+    """A store as an audit of three records leaves it: a level-1 record timed, a level-1
+    record whose check a resumed judge took from an earlier attempt, a level-2 record."""
+    from kernelgate.audit.store import ResultStore
+
+    folder = tmp_path / "audit"
+    folder.mkdir()
+    store = ResultStore.open(folder, resume=False, settings={"device": "cpu", "seed": 0})
+    store.set_corpus(["c/L1/T1", "c/L1/T2", "c/L2/T1"])
+    store.begin_run({"workers": 4})
+
+    def row(record: str, level: int, check: float | None, seconds: float) -> dict:
+        return {
+            "id": record,
+            "source_ids": {"level": level, "task": 1},
+            "verdict": "rejected",
+            "stage": "gates",
+            "failed_gates": ["CMP-01"],
+            "old_check": "accepted",
+            "old_check_seconds": check,
+            "judge_started_s": 1.0,
+            "seconds": seconds,
+            "gates": [{"id": "CMP-01", "status": "fail", "seconds": 2.0}],
+        }
+
+    store.put(0, row("c/L1/T1", 1, 4.0, 13.0))  # verdict 1 + 13 - 4 = 10 s: ratio 2.5
+    store.put(1, row("c/L1/T2", 1, None, 9.0))  # check resumed: no ratio
+    store.put(2, row("c/L2/T1", 2, 2.0, 21.0))  # verdict 20 s: ratio 10
+    store.close()
+    return folder
+
+
+def test_from_audit_reads_check_and_verdict_times_of_one_audit(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    out = tmp_path / "speed.json"
+    corpus = tmp_path / "c.jsonl"  # not the audit's source: no digest to check against
+    document = judge_speed.from_audit_run(
+        corpus, _audit_folder(tmp_path), level=1, json_out=out, errors=Console(quiet=True)
+    )
+    assert json.loads(out.read_text())["ratio_median"] == document["ratio_median"] == 2.5
+    rows = {r["id"]: r for r in document["records"]}
+    assert rows["c/L1/T1"]["check_s"] == 4.0 and rows["c/L1/T1"]["verdict_s"] == 10.0
+    assert rows["c/L1/T2"]["ratio"] is None  # a resumed judge's check was not timed
+    assert document["whole_file"]["ratio_median"] == 6.25  # median of 2.5 and 10
+    assert document["audit"]["complete"] and document["audit"]["workers"] == [4]
+    assert document["audit"]["audit_records_per_hour"] is not None
+    assert "old_check_seconds" in document["meanings"]["check_s"]
+
+
+def test_from_audit_errors_are_clear(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    quiet = Console(quiet=True)
+    with pytest.raises(KernelgateError, match="holds no audit store"):
+        judge_speed.from_audit_run(
+            tmp_path / "c.jsonl", tmp_path, level=None, json_out=None, errors=quiet
+        )
+    with pytest.raises(KernelgateError, match="of level 3"):
+        judge_speed.from_audit_run(
+            tmp_path / "c.jsonl",
+            _audit_folder(tmp_path),
+            level=3,
+            json_out=tmp_path / "x.json",
+            errors=quiet,
+        )

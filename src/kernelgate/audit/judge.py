@@ -628,9 +628,17 @@ def judge_record(
         if reserved:
             row["admission"] = reserved
         _log_step("old check ...")
+        check_started = time.monotonic()
         old = _old_check(stated, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch)
         _log_step(f"old check {old['status']}")
         row |= {
+            # wall seconds of the KernelBench check inside this judge (None where a resumed
+            # judge took an earlier attempt's result): judge_speed.py --from-audit reads it
+            "old_check_seconds": (
+                None
+                if old.get("taken_from_earlier_attempt")
+                else round(time.monotonic() - check_started, 3)
+            ),
             "old_check": old["status"],
             "old_check_current": old.get("status_current", old["status"]),
             "old_check_detail": old,
@@ -806,7 +814,7 @@ def _old_check(
         earlier = json.loads(saved.read_text())
         failure = str(earlier["result"].get("failure"))
         if earlier["key"] == key and not DEVICE_MEMORY_SIGNS.search(failure):
-            return earlier["result"]
+            return earlier["result"] | {"taken_from_earlier_attempt": True}
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         pass
     if backend == "cuda" and options.device == "cpu":
