@@ -12,7 +12,12 @@ person would, with SIGTERM: the rows finished so far stay in its store), and rep
   every ``--sample-seconds``: the audit itself, the zygote, judges, workers, old checks,
   compute-sanitizer, the candidates' builds (nvcc, cicc, ptxas, g++, ninja), the rest. A
   process that lives less than one period is missed; what it used goes to none;
-- the host's load and the GPU's utilisation every 20 s (``nvidia-smi`` where present).
+- the host's load and the GPU's utilisation every 20 s (``nvidia-smi`` where present);
+- ``rows``: each row's id, verdict, stage, failed gates and rules, seconds, and the failed
+  gates' reasons and the row's reason (each cut to 300 characters), in finishing order, so
+  the slice's verdicts can be compared with a committed audit's
+  (``benchmarks/audit_compare.py``) after the audit folder, often in the device's ``/tmp``,
+  is gone. Schema /2: in /1, ``rows`` was the count that ``row_count`` now is.
 
 ``--profile-judges DIR`` also sets ``KERNELGATE_PROFILE_JUDGES`` for the audit (each judge's
 cProfile, for ``benchmarks/judge_profile.py``); the profiles slow the judges, so a slice
@@ -41,6 +46,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from kernelgate.audit.judge import PROFILE_JUDGES_ENV
+from kernelgate.audit.report import _local_paths
 from kernelgate.audit.store import STORE_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, however it is loaded
@@ -55,6 +61,8 @@ BUILD_TOOLS = frozenset(
     | {"gcc", "cc", "ld", "as", "ninja", "collect2", "x86_64-linux-gnu-g++"}
 )
 STOP_GRACE_S = 90.0  # for the audit to keep its rows and end after SIGTERM
+THROUGHPUT_SCHEMA = "kernelgate.audit-throughput/2"  # /2: ``rows`` are the rows, not a count
+ROW_TEXT_CHARS = 300  # a reason kept in ``rows``
 
 
 def process_kind(cmdline: str, parent_cmdline: str = "") -> str:
@@ -145,6 +153,29 @@ def slice_rows(store: Path) -> list[tuple[float, dict[str, Any]]]:
     return sorted(found, key=lambda item: item[0])
 
 
+def _cut(text: Any, limit: int = ROW_TEXT_CHARS) -> Any:
+    return text[: limit - 3] + "..." if isinstance(text, str) and len(text) > limit else text
+
+
+def row_digest(row: dict[str, Any]) -> dict[str, Any]:
+    """What a comparison with another audit needs of one store row (audit_compare.py reads
+    it), small enough to keep every row of a slice in its JSON."""
+    return {
+        "id": row.get("id"),
+        "verdict": row.get("verdict"),
+        "stage": row.get("stage"),
+        "failed_gates": row.get("failed_gates", []),
+        "failed_rules": row.get("failed_rules", []),
+        "seconds": row.get("seconds"),
+        "gate_reasons": {
+            g["id"]: _cut(_local_paths(g.get("reason")))
+            for g in row.get("gates") or []
+            if g.get("status") == "fail"
+        },
+        "reason": _cut(_local_paths(row.get("reason"))),
+    }
+
+
 def throughput(
     rows: list[tuple[float, dict[str, Any]]], launched_at: float, ran: float
 ) -> dict[str, Any]:
@@ -156,12 +187,13 @@ def throughput(
     for _, row in rows:
         verdicts[str(row.get("verdict"))] = verdicts.get(str(row.get("verdict")), 0) + 1
     return {
-        "rows": len(rows),
+        "row_count": len(rows),
         "judged": len(judged),
         "judged_while_stopping": len(finished) - len(judged),
         "verdicts": dict(sorted(verdicts.items())),
         "judged_by_s": {str(m): sum(1 for t in judged if t <= m) for m in MARKS_S if m <= ran},
         "judged_per_hour": round(len(judged) / ran * 3600, 1) if ran > 0 else None,
+        "rows": [row_digest(row) for _, row in rows],
     }
 
 
@@ -229,7 +261,7 @@ def main(
     store = folder / STORE_NAME
     rows = slice_rows(store) if store.exists() else []
     document = {
-        "schema": "kernelgate.audit-throughput/1",
+        "schema": THROUGHPUT_SCHEMA,
         "corpus": str(corpus),
         "settings": {"device": device, "workers": workers, "seconds": seconds},
         "audit_command": command[1:],
@@ -251,7 +283,7 @@ def main(
     if json_out is not None:
         json_out.write_text(text)
     console.print(
-        f"{document['judged']} records judged ({document['rows']} rows) in {ran:.0f} s: "
+        f"{document['judged']} records judged ({document['row_count']} rows) in {ran:.0f} s: "
         f"{document['judged_per_hour']} an hour; CPU s by kind: {document['cpu_s_by_kind']}"
     )
     if json_out is None:

@@ -88,10 +88,42 @@ def test_throughput_counts_judged_rows_by_mark_and_leaves_out_the_stop() -> None
         (305.0, {"verdict": "rejected"}),  # finished while the audit was being stopped
     ]
     got = _module().throughput(rows, launched_at=100.0, ran=200.0)
-    assert got["rows"] == 5 and got["judged"] == 3 and got["judged_while_stopping"] == 1
+    assert got["row_count"] == 5 and got["judged"] == 3 and got["judged_while_stopping"] == 1
+    assert [r["verdict"] for r in got["rows"]] == [row["verdict"] for _, row in rows]
     assert got["judged_by_s"] == {"60": 1, "120": 2, "180": 3}
     assert got["judged_per_hour"] == pytest.approx(3 / 200 * 3600)
     assert got["verdicts"] == {"rejected": 3, "unreadable": 1, "verified": 1}
+
+
+def test_each_row_keeps_what_a_comparison_needs_with_its_reasons_cut() -> None:
+    row = {
+        "id": "h100/L1/T9",
+        "verdict": "rejected",
+        "stage": "gates",
+        "failed_gates": ["ORD-02"],
+        "failed_rules": ["AUTH-01"],
+        "seconds": 12.5,
+        "reason": None,
+        "gates": [
+            {"id": "CMP-01", "status": "pass", "reason": "fine"},
+            {"id": "ORD-02", "status": "fail", "reason": "x" * 500},
+        ],
+        "old_check_detail": {"big": "not kept"},
+    }
+    got = _module().row_digest(row)
+    assert set(got) == {
+        "id",
+        "verdict",
+        "stage",
+        "failed_gates",
+        "failed_rules",
+        "seconds",
+        "gate_reasons",
+        "reason",
+    }
+    assert got["failed_rules"] == ["AUTH-01"] and got["reason"] is None
+    assert list(got["gate_reasons"]) == ["ORD-02"]
+    assert len(got["gate_reasons"]["ORD-02"]) == 300
 
 
 def test_a_short_cpu_audit_slice_end_to_end(tmp_path: Path) -> None:
@@ -105,7 +137,11 @@ def test_a_short_cpu_audit_slice_end_to_end(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads(out.read_text())
     assert document["audit_finished_by_itself"] is True  # two records end well before 240 s
-    assert document["rows"] == 2 and document["judged"] == 2
+    assert document["row_count"] == 2 and document["judged"] == 2
+    assert document["schema"] == "kernelgate.audit-throughput/2"
+    kept = [r["verdict"] for r in document["rows"]]
+    assert {v: kept.count(v) for v in kept} == document["verdicts"]
+    assert all(r["id"] and "failed_gates" in r and "gate_reasons" in r for r in document["rows"])
     assert document["ran_s"] < 240
     assert (
         document["cpu_s_by_kind"].get("judge", 0) + document["cpu_s_by_kind"].get("worker", 0) > 0
