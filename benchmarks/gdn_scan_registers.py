@@ -84,6 +84,12 @@ DOTS = ("tf32x3", "tf32", "bf16", "ieee")  # the likeliest candidates compile fi
 BLOCKS_V = (16, 32, 64)
 WARPS = (4, 8)
 SPLITS_K = (1, 2)
+# None: Triton's default (3 on sm_90), which software-pipelines the chunk loop's loads (W, K,
+# U tiles) through shared memory; 1 and 2 buy shared memory back.
+STAGES = (None, 2, 1)
+# The most shared memory one CTA can have on sm_90 (227 KiB, opt-in dynamic shared memory);
+# a kernel asking for more fails to launch ("out of resources"), whatever its registers.
+SM90_MAX_SHARED = 232448
 
 
 @triton.jit
@@ -239,9 +245,16 @@ def shipped_scan(inp: dict, h0: torch.Tensor | None) -> tuple[torch.Tensor, ...]
 
 
 def register_scan(
-    inp: dict, h0: torch.Tensor | None, dot: str, block_v: int, split_k: int, warps: int
+    inp: dict,
+    h0: torch.Tensor | None,
+    dot: str,
+    block_v: int,
+    split_k: int,
+    warps: int,
+    stages: int | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """(entering states, Vn, final state) from the register-resident prototype."""
+    """(entering states, Vn, final state) from the register-resident prototype; ``stages``
+    None is Triton's default pipelining."""
     k, w, u = inp["k"], inp["w"], inp["u"]
     batch, seq_len, heads, dim_k = k.shape
     dim_v = u.shape[-1]
@@ -257,6 +270,7 @@ def register_scan(
         k, w, u, inp["g_cum"], h0 if h0 is not None else w, states, v_new, final,
         seq_len, num_chunks, heads, K=dim_k, V=dim_v, C=CHUNK, BV=block_v, NK=split_k,
         HAS_H0=h0 is not None, STORE_HT=True, DOT=dot, num_warps=warps,
+        **({} if stages is None else {"num_stages": stages}),
     )  # fmt: skip
     return states, v_new, final
 
@@ -307,26 +321,37 @@ def make_inputs(batch: int, seq_len: int, heads: int, dim_k: int, dim_v: int, de
 
 
 def variants(dims: tuple[int, ...] = (128,)) -> list[dict[str, Any]]:
-    """The (K = V, dot, BV, NK, warps) the compile mode tries. At K = 128 every dot, BV and
-    warp count with the unsplit state, and the split state (NK = 2) for the two TF32 dots;
-    at smaller K a few as a check that fewer rows compile smaller. (Not the full product:
-    one offline compile takes ~10 s on this shared two-core machine, per Triton.)"""
+    """The (K = V, dot, BV, NK, warps, stages) the compile mode tries. At K = 128 every dot,
+    BV, warp count and pipelining depth with the unsplit state, and the split state (NK = 2)
+    for the two TF32 dots; at smaller K a few (default stages) as a check that fewer rows
+    compile smaller."""
     out = []
     for d in dims:
         for dot in DOTS:
             for bv in BLOCKS_V:
                 for nk in SPLITS_K:
                     for nw in WARPS:
-                        full = d == 128 and (nk == 1 or dot in ("tf32", "tf32x3"))
-                        small = d < 128 and nk == 1 and nw == 4 and dot in ("ieee", "tf32x3")
-                        if bv <= d and bv >= 32 * (d < 128) and (full or small):
-                            out.append({"K": d, "V": d, "dot": dot, "BV": bv, "NK": nk,
-                                        "warps": nw})  # fmt: skip
+                        for st in STAGES:
+                            full = d == 128 and (nk == 1 or dot in ("tf32", "tf32x3"))
+                            small = (
+                                d < 128
+                                and nk == 1
+                                and nw == 4
+                                and st is None
+                                and dot in ("ieee", "tf32x3")
+                            )
+                            if bv <= d and bv >= 32 * (d < 128) and (full or small):
+                                out.append({"K": d, "V": d, "dot": dot, "BV": bv, "NK": nk,
+                                            "warps": nw, "stages": st})  # fmt: skip
     return out
 
 
 def label(v: dict[str, Any]) -> str:
-    return f"K={v['K']} V={v['V']} {v['dot']} BV={v['BV']} NK={v['NK']} warps={v['warps']}"
+    stages = "default" if v.get("stages") is None else v["stages"]
+    return (
+        f"K={v['K']} V={v['V']} {v['dot']} BV={v['BV']} NK={v['NK']} warps={v['warps']} "
+        f"stages={stages}"
+    )
 
 
 # -- modes ---------------------------------------------------------------------------------
@@ -378,7 +403,7 @@ def record_variants(dims: tuple[int, ...]) -> list[tuple[dict, dict]]:
         original_run = InterpretedFunction.run
         recorder.install(interpreter=True)
         try:
-            register_scan(inp, h0, var["dot"], var["BV"], var["NK"], var["warps"])
+            register_scan(inp, h0, var["dot"], var["BV"], var["NK"], var["warps"], var["stages"])
         finally:
             InterpretedFunction.run = original_run
         records = [r for r in recorder.drain() if r["name"] == "_scan_registers_kernel"]
@@ -423,11 +448,13 @@ def compile_mode(args: argparse.Namespace, report: dict[str, Any]) -> None:
                     "error": res.get("error"),
                 }
                 row["spills"] = bool(row["error"] or row["spill_store_bytes"])
+                row["fits_shared"] = (row["shared_bytes"] or 0) <= SM90_MAX_SHARED
                 rows.append(row)
                 print(
                     f"triton {version:6} {label(var):42} regs={row['registers']} "
                     f"spill st/ld={row['spill_store_bytes']}/{row['spill_load_bytes']} "
                     f"smem={row['shared_bytes']}"
+                    + ("" if row["fits_shared"] else " (over 227 KiB)")
                     + (f" ERROR {str(row['error'])[:200]}" if row["error"] else ""),
                     flush=True,
                 )
@@ -437,12 +464,14 @@ def compile_mode(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 
 def spill_free(compiled: dict[str, Any]) -> list[dict[str, Any]]:
-    """Variants (K = V = 128) without spills under every Triton the JSON lists."""
-    keys = ("K", "V", "dot", "BV", "NK", "warps")
+    """Variants (K = V = 128) without spills and within sm_90's shared memory under every
+    Triton the JSON lists (the others would not launch, or would time their spills)."""
+    keys = ("K", "V", "dot", "BV", "NK", "warps", "stages")
     verdict: dict[tuple, bool] = {}
     for row in compiled["rows"]:
-        key = tuple(row[k] for k in keys)
-        verdict[key] = verdict.get(key, True) and not row["spills"]
+        key = tuple(row.get(k) for k in keys)
+        ok = not row["spills"] and row.get("fits_shared", True)
+        verdict[key] = verdict.get(key, True) and ok
     return [dict(zip(keys, key)) for key, ok in verdict.items() if ok and key[0] == 128]
 
 
@@ -454,8 +483,16 @@ def time_mode(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.variants:
         chosen = [
-            {"K": 128, "V": 128, "dot": d, "BV": int(bv), "NK": int(nk), "warps": int(w)}
-            for d, bv, nk, w in (s.split(":") for s in args.variants)
+            {
+                "K": 128,
+                "V": 128,
+                "dot": d,
+                "BV": int(bv),
+                "NK": int(nk),
+                "warps": int(w),
+                "stages": None if st == "default" else int(st),
+            }
+            for d, bv, nk, w, st in (s.split(":") for s in args.variants)
         ]
     else:
         chosen = spill_free(json.loads(Path(args.from_json).read_text())["compile"])
@@ -470,7 +507,9 @@ def time_mode(args: argparse.Namespace) -> dict[str, Any]:
         for var in chosen:
 
             def run(inp: dict = inp, h0: torch.Tensor = h0, var: dict = var) -> tuple:
-                return register_scan(inp, h0, var["dot"], var["BV"], var["NK"], var["warps"])
+                return register_scan(
+                    inp, h0, var["dot"], var["BV"], var["NK"], var["warps"], var["stages"]
+                )
 
             got = run()
             err = {
@@ -495,7 +534,11 @@ def main() -> None:
     parser.add_argument("--triton36", default="/tmp/tr36site", help="folder holding Triton 3.6")
     parser.add_argument("--dims", type=int, nargs="+", default=[128, 64], help="K = V compiled")
     parser.add_argument("--from", dest="from_json", help="--time: the compile JSON")
-    parser.add_argument("--variants", nargs="+", help="--time: DOT:BV:NK:WARPS instead")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        help="--time: DOT:BV:NK:WARPS:STAGES (STAGES a number or default) instead",
+    )
     parser.add_argument("--batch", type=int, default=8, help="records per compile process")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()

@@ -37,6 +37,6 @@ def test_prototype_matches_shipped_scan(bench, split_k: int, block_v: int) -> No
 
 def test_time_mode_needs_cuda(bench, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    args = bench.argparse.Namespace(variants=["tf32:32:1:4"], from_json=None)
+    args = bench.argparse.Namespace(variants=["tf32:16:1:8:default"], from_json=None)
     with pytest.raises(SystemExit, match="needs a CUDA device"):
         bench.time_mode(args)
