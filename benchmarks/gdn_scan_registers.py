@@ -14,8 +14,8 @@ state tile h [K, BV] (fp32) in registers across the whole chunk loop, one progra
 Variants: dot precision DOT in {"ieee", "tf32", "tf32x3", "bf16"} ("bf16" casts both dot
 operands to bf16: not accurate here, since W, h and Vn are fp32 values, but the cheapest
 tensor-core form, as a lower bound on resources), BV in {16, 32, 64}, num_warps in {4, 8},
-and NK in {1, 2}: the state kept as NK row tiles of K / NK rows in the same program (smaller
-dots, the same registers for the state).
+and NK in {1, 2, 4}: the state kept as NK row tiles of K / NK rows in the same program
+(smaller dots, the same registers for the state).
 
 Modes (each independent):
 
@@ -83,7 +83,7 @@ CHUNK = gdn_chunk.CHUNK_SIZE
 DOTS = ("tf32x3", "tf32", "bf16", "ieee")  # the likeliest candidates compile first
 BLOCKS_V = (16, 32, 64)
 WARPS = (4, 8)
-SPLITS_K = (1, 2)
+SPLITS_K = (1, 2, 4)
 # None: Triton's default (3 on sm_90), which software-pipelines the chunk loop's loads (W, K,
 # U tiles) through shared memory; 1 and 2 buy shared memory back.
 STAGES = (None, 2, 1)
@@ -103,14 +103,20 @@ def _dot(a, b, DOT: tl.constexpr):
 
 
 @triton.jit
-def _chunk_step(k_ptr, w_base, k_base, h, o_c, o_k, m_t, H, K: tl.constexpr, DOT: tl.constexpr):
-    """W[:, rows o_k] h and K[:, rows o_k]^T, loaded for one state row tile: the tile's part
-    of W h, and the transposed keys its update needs (both operands from memory but h)."""
+def _w_times_h(w_base, h, o_c, o_k, m_t, H, K: tl.constexpr, DOT: tl.constexpr):
+    """W[:, rows o_k] h for one state row tile (W loaded from memory, h in registers)."""
     b_w = tl.load(w_base + o_c[:, None] * (H * K) + o_k[None, :], mask=m_t[:, None], other=0.0)
+    return _dot(b_w, h, DOT)
+
+
+@triton.jit
+def _update(k_base, h, b_d, decay, o_c, o_k, m_t, H, K: tl.constexpr, DOT: tl.constexpr):
+    """decay h + K[:, rows o_k]^T b_d for one state row tile; the keys are loaded here, just
+    before their dot, so they are not live across the Vn computation."""
     b_kt = tl.load(k_base + o_c[None, :] * (H * K) + o_k[:, None], mask=m_t[None, :], other=0.0).to(
         tl.float32
     )
-    return _dot(b_w, h, DOT), b_kt
+    return h * decay + _dot(b_kt, b_d, DOT)
 
 
 # T, NT, H runtime values (as in the shipped scan); K, V powers of two (a prototype: no masks
@@ -138,51 +144,66 @@ def _scan_registers_kernel(
     DOT: tl.constexpr,
 ):
     """The forward state scan of one (batch, head, V tile) with the state in registers: NK
-    row tiles h_a (and h_b when NK = 2) of K / NK rows each, carried through the chunk loop;
-    per chunk the entering state and Vn are stored, nothing is re-read."""
+    (1, 2 or 4) row tiles h_a, h_b, h_c, h_d of K / NK rows each (those past NK unused),
+    carried through the chunk loop; per chunk the entering state and Vn are stored, nothing
+    is re-read. Splitting the state keeps each dot's operands smaller."""
     BKS: tl.constexpr = K // NK
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b, i_h = batch_head(i_bh, H)
     o_c = tl.arange(0, C)
     o_ka = tl.arange(0, BKS)
-    o_kb = BKS + tl.arange(0, BKS)
-    o_bv = tl.arange(0, BV)
-    o_v = i_v * BV + o_bv
+    o_kb = BKS + o_ka
+    o_kc = 2 * BKS + o_ka
+    o_kd = 3 * BKS + o_ka
+    o_v = i_v * BV + tl.arange(0, BV)
     state0 = h0_ptr + i_bh.to(tl.int64) * K * V
     h_a = tl.zeros([BKS, BV], dtype=tl.float32)
     h_b = tl.zeros([BKS, BV], dtype=tl.float32)
+    h_c = tl.zeros([BKS, BV], dtype=tl.float32)
+    h_d = tl.zeros([BKS, BV], dtype=tl.float32)
     if HAS_H0:
         h_a += tl.load(state0 + o_ka[:, None] * V + o_v[None, :])
-        if NK == 2:
+        if NK >= 2:
             h_b += tl.load(state0 + o_kb[:, None] * V + o_v[None, :])
+        if NK == 4:
+            h_c += tl.load(state0 + o_kc[:, None] * V + o_v[None, :])
+            h_d += tl.load(state0 + o_kd[:, None] * V + o_v[None, :])
     for i_n in range(0, NT):
         m_t, chunk_row = chunk_base(i_b, i_h, i_n, T, H, C)
         h_base = h_ptr + ((i_b * NT + i_n) * H + i_h) * K * V
-        tl.store(h_base + o_ka[:, None] * V + o_v[None, :], h_a)
-        if NK == 2:
-            tl.store(h_base + o_kb[:, None] * V + o_v[None, :], h_b)
         w_base = w_ptr + chunk_row * K
         k_base = k_ptr + chunk_row * K
-        wh, b_kt_a = _chunk_step(k_ptr, w_base, k_base, h_a, o_c, o_ka, m_t, H, K, DOT)
-        b_kt_b = b_kt_a
-        if NK == 2:
-            wh_b, b_kt_b = _chunk_step(k_ptr, w_base, k_base, h_b, o_c, o_kb, m_t, H, K, DOT)
-            wh += wh_b
+        tl.store(h_base + o_ka[:, None] * V + o_v[None, :], h_a)
+        wh = _w_times_h(w_base, h_a, o_c, o_ka, m_t, H, K, DOT)
+        if NK >= 2:
+            tl.store(h_base + o_kb[:, None] * V + o_v[None, :], h_b)
+            wh += _w_times_h(w_base, h_b, o_c, o_kb, m_t, H, K, DOT)
+        if NK == 4:
+            tl.store(h_base + o_kc[:, None] * V + o_v[None, :], h_c)
+            tl.store(h_base + o_kd[:, None] * V + o_v[None, :], h_d)
+            wh += _w_times_h(w_base, h_c, o_c, o_kc, m_t, H, K, DOT)
+            wh += _w_times_h(w_base, h_d, o_c, o_kd, m_t, H, K, DOT)
         off_v = o_c[:, None] * (H * V) + o_v[None, :]
         b_vn = tl.load(u_ptr + chunk_row * V + off_v, mask=m_t[:, None], other=0.0) - wh
         tl.store(vn_ptr + chunk_row * V + off_v, b_vn, mask=m_t[:, None])
         g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C)
         b_d = b_vn * tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0)[:, None]
-        chunk_decay = tl.exp(g_last.to(tl.float32))
-        h_a = h_a * chunk_decay + _dot(b_kt_a, b_d, DOT)
-        if NK == 2:
-            h_b = h_b * chunk_decay + _dot(b_kt_b, b_d, DOT)
+        decay = tl.exp(g_last.to(tl.float32))
+        h_a = _update(k_base, h_a, b_d, decay, o_c, o_ka, m_t, H, K, DOT)
+        if NK >= 2:
+            h_b = _update(k_base, h_b, b_d, decay, o_c, o_kb, m_t, H, K, DOT)
+        if NK == 4:
+            h_c = _update(k_base, h_c, b_d, decay, o_c, o_kc, m_t, H, K, DOT)
+            h_d = _update(k_base, h_d, b_d, decay, o_c, o_kd, m_t, H, K, DOT)
     if STORE_HT:
         ht = ht_ptr + i_bh.to(tl.int64) * K * V
         tl.store(ht + o_ka[:, None] * V + o_v[None, :], h_a)
-        if NK == 2:
+        if NK >= 2:
             tl.store(ht + o_kb[:, None] * V + o_v[None, :], h_b)
+        if NK == 4:
+            tl.store(ht + o_kc[:, None] * V + o_v[None, :], h_c)
+            tl.store(ht + o_kd[:, None] * V + o_v[None, :], h_d)
 
 
 # -- launches ------------------------------------------------------------------------------
@@ -322,9 +343,9 @@ def make_inputs(batch: int, seq_len: int, heads: int, dim_k: int, dim_v: int, de
 
 def variants(dims: tuple[int, ...] = (128,)) -> list[dict[str, Any]]:
     """The (K = V, dot, BV, NK, warps, stages) the compile mode tries. At K = 128 every dot,
-    BV, warp count and pipelining depth with the unsplit state, and the split state (NK = 2)
-    for the two TF32 dots; at smaller K a few (default stages) as a check that fewer rows
-    compile smaller."""
+    BV, warp count and pipelining depth with the unsplit state, the state split in two (NK =
+    2) for the two TF32 dots and in four (NK = 4) for tf32x3, the candidate that needs it;
+    at smaller K a few (default stages) as a check that fewer rows compile smaller."""
     out = []
     for d in dims:
         for dot in DOTS:
@@ -332,7 +353,9 @@ def variants(dims: tuple[int, ...] = (128,)) -> list[dict[str, Any]]:
                 for nk in SPLITS_K:
                     for nw in WARPS:
                         for st in STAGES:
-                            full = d == 128 and (nk == 1 or dot in ("tf32", "tf32x3"))
+                            full = d == 128 and (
+                                nk == 1 or (nk == 2 and dot == "tf32") or dot == "tf32x3"
+                            )
                             small = (
                                 d < 128
                                 and nk == 1
@@ -371,7 +394,7 @@ def check(dims: tuple[int, ...] = (32, 64), seq_len: int = 200) -> list[dict[str
         ref = reference_scan(inp, h0)
         for dot in (d for d in DOTS if d != "bf16"):
             for bv in (b for b in BLOCKS_V if b <= dim):
-                for nk in SPLITS_K:
+                for nk in (n for n in SPLITS_K if dim // n >= 16):  # a dot needs 16 rows
                     got = register_scan(inp, h0, dot, bv, nk, 4)
                     row = {"K": dim, "V": dim, "T": seq_len, "dot": dot, "BV": bv, "NK": nk}
                     for name, want in (("shipped", shipped), ("fp64", ref)):
