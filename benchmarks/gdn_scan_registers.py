@@ -567,6 +567,8 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.check or args.compile or args.time):
         parser.error("give --check, --compile and/or --time")
+    if args.time and (args.check or args.compile):
+        parser.error("--time runs without the interpreter: give it alone")
     if args.time and not (args.from_json or args.variants):
         parser.error("--time needs --from JSON or --variants")
     report: dict[str, Any] = {
