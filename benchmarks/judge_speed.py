@@ -645,7 +645,7 @@ def results_document(
 
 
 def corpus_sha256(source: Path) -> str:
-    from kernelgate.audit.runner import source_digest
+    from kernelgate.audit.identity import source_digest
 
     return source_digest(source)
 

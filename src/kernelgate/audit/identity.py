@@ -31,13 +31,21 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def folder_digest(folder: Path) -> str:
-    """SHA-256 of every file of ``folder`` with its relative path (a problem's statement,
-    tolerance and reference all live there)."""
+def source_digest(source: Path) -> str:
+    """SHA-256 of a file, or of every file of a folder with its relative path.
+
+    One digest for a corpus (a resume is checked against the corpus's content, not its
+    path: a store carried to another machine resumes there only on the same records) and for
+    a problem folder (its statement, tolerance and reference all live there).
+    """
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0")
-        digest.update(path.read_bytes())
+    files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+    for path in files:
+        digest.update(str(path.relative_to(source) if path != source else path.name).encode())
+        digest.update(b"\0")
+        with path.open("rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()
 
 
@@ -55,7 +63,7 @@ def inputs_digest(reference: bytes, candidate: bytes, problem: str | None) -> di
     return {
         "reference": sha256_hex(reference),
         "candidate": sha256_hex(candidate),
-        "problem": folder_digest(Path(problem)) if problem else None,
+        "problem": source_digest(Path(problem)) if problem else None,
     }
 
 
@@ -65,8 +73,8 @@ def judging_environment(device: str, *, every_gpu: bool = False) -> dict[str, An
     In a judge (``every_gpu`` False) the GPU is the one it was pinned to; the audit's
     parent (``every_gpu`` True) cannot know which GPU a judge will get, so it names the
     one model every visible GPU shares, or ``mixed: ...``, which matches no judge's row:
-    on a host of mixed GPUs nothing is reused. The device name is asked of torch (no CUDA
-    context is made for it: no memory is taken on the GPU).
+    on a host of mixed GPUs nothing is reused. The parent asks a child process
+    (``_gpu_names_from_a_child``); a judge, which uses its GPU anyway, asks torch.
     """
     import torch
     import triton

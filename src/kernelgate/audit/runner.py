@@ -11,7 +11,6 @@ the judges are killed, rows that come back after the signal are not stored, and
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelgate.audit.executors import Executor, make_executor, side_by_side
-from kernelgate.audit.identity import judging_environment
+from kernelgate.audit.identity import judging_environment, source_digest
 from kernelgate.audit.interrupt import (
     JUDGES_GONE_SECONDS,
     POLL_SECONDS,
@@ -70,23 +69,6 @@ class AuditOutcome:
     out_dir: Path
     summary: dict[str, Any]
     reused_now: int = 0
-
-
-def source_digest(source: Path) -> str:
-    """SHA-256 of a corpus (a file, or every file of a folder with its relative path).
-
-    A resume is checked against the corpus's content, not its path: a store carried to
-    another machine (the device, and back) resumes there only on the same records.
-    """
-    digest = hashlib.sha256()
-    files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
-    for path in files:
-        digest.update(str(path.relative_to(source) if path != source else path.name).encode())
-        digest.update(b"\0")
-        with path.open("rb") as stream:
-            for block in iter(lambda: stream.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 # The share of the pool's workers that judges records deferred for memory together, before
