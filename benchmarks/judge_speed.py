@@ -182,6 +182,13 @@ def record_level(record: CorpusRecord) -> int | None:
         return None
 
 
+def gate_seconds(judged: dict[str, Any]) -> dict[str, Any]:
+    """Where a judge row's time went, gate by gate (skipped gates left out)."""
+    return {
+        g["id"]: g.get("seconds") for g in judged.get("gates", []) if g.get("status") != "skipped"
+    }
+
+
 def timed_row(record: CorpusRecord, options: judge.AuditOptions) -> dict[str, Any]:
     """``time_record``, with a fault of this script or the judge's set-up as an error row."""
     try:
@@ -258,12 +265,7 @@ def time_record(record: CorpusRecord, options: judge.AuditOptions) -> dict[str, 
         "failed_gates": verdict_row.get("failed_gates", []),
         "verify_s": verdict_row.get("verify_seconds"),
         "judge_s": verdict_row.get("seconds"),
-        # where the verdict's time went, gate by gate (skipped gates left out)
-        "gate_seconds": {
-            g["id"]: g.get("seconds")
-            for g in verdict_row.get("gates", [])
-            if g.get("status") != "skipped"
-        },
+        "gate_seconds": gate_seconds(verdict_row),
         "check_rerun_in_judge": None if not detail else detail.get("timed_check") != mark,
         # for planning judges a GPU holds (issue 19's memory-aware admission)
         "device_memory_incident": bool(verdict_row.get("device_memory_incident")),
@@ -427,6 +429,7 @@ def rows_from_audit(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]
     store = ResultStore(path)
     try:
         stored, runs, settings = store.rows(), store.runs(), store.settings()
+        corpus = store.corpus_ids()
     finally:
         store.close()
     rows = [audit_row(row) for row in stored]
@@ -436,9 +439,9 @@ def rows_from_audit(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]
         "folder": str(folder),
         "settings": settings,
         "workers": sorted({r.get("workers") for r in runs if r.get("workers") is not None}),
-        "records": len(stored),
+        "records": len(corpus) if corpus else len(stored),
         "rows_stored": len(stored),
-        "complete": len(stored) == len(store_corpus(path) or stored),
+        "complete": not corpus or len(stored) == len(corpus),
         "wall_s": round(rate["wall_hours"] * 3600, 1),
         "audit_records_per_hour": rate["judged_per_hour"],
         "throughput": rate,
@@ -446,15 +449,6 @@ def rows_from_audit(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]
         "old_check": dict(Counter(str(r.get("old_check")) for r in stored)),
     }
     return rows, audit
-
-
-def store_corpus(path: Path) -> list[str] | None:
-    """The record ids the audit set out to judge (None for stores that do not say)."""
-    store = ResultStore(path)
-    try:
-        return store.corpus_ids()
-    finally:
-        store.close()
 
 
 def audit_row(stored: dict[str, Any]) -> dict[str, Any]:
@@ -475,11 +469,7 @@ def audit_row(stored: dict[str, Any]) -> dict[str, Any]:
         "judge_s": stored.get("seconds"),
         "verify_s": stored.get("verify_seconds"),
         "judge_started_s": stored.get("judge_started_s"),
-        "gate_seconds": {
-            g["id"]: g.get("seconds")
-            for g in stored.get("gates", [])
-            if g.get("status") != "skipped"
-        },
+        "gate_seconds": gate_seconds(stored),
         "errors": [],
     }
     if stored.get("reused_from"):

@@ -256,6 +256,7 @@ def test_from_audit_reads_check_and_verdict_times_of_one_audit(tmp_path: Path) -
     assert rows["c/L1/T2"]["ratio"] is None  # a resumed judge's check was not timed
     assert document["whole_file"]["ratio_median"] == 6.25  # median of 2.5 and 10
     assert document["audit"]["complete"] and document["audit"]["workers"] == [4]
+    assert document["audit"]["records"] == document["audit"]["rows_stored"] == 3
     assert document["audit"]["audit_records_per_hour"] is not None
     assert "old_check_seconds" in document["meanings"]["check_s"]
 
