@@ -4,7 +4,6 @@ few rows, a tiny store, a throughput JSON; nothing is judged."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,19 +13,14 @@ from typing import Any
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, load_benchmark
 
 SCRIPT = ROOT / "benchmarks" / "audit_compare.py"
 H100 = ROOT / "docs" / "audits" / "cuda-l1-h100"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("audit_compare", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up while being built
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("audit_compare")
 
 
 def _row(

@@ -3,7 +3,6 @@ host's CPU by process kind."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,17 +13,13 @@ from pathlib import Path
 import pytest
 
 from .audit_corpus import write_pairs
-from .conftest import ROOT
+from .conftest import ROOT, load_benchmark
 
 SCRIPT = ROOT / "benchmarks" / "audit_throughput.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("audit_throughput", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("audit_throughput")
 
 
 @pytest.mark.parametrize(

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import typer
 
-from .conftest import ROOT
+from .conftest import load_benchmark
 
-
-def _load() -> ModuleType:
-    path = ROOT / "benchmarks" / "audit_time_split.py"
-    spec = importlib.util.spec_from_file_location("audit_time_split", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-split = _load()
+split = load_benchmark("audit_time_split")
 
 LOG = """\
 18:28:58.796 judge up 6.36 s after its launch (zygote)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import cProfile
-import importlib.util
 import time
 from pathlib import Path
 
@@ -11,16 +10,11 @@ import pytest
 
 from kernelgate.audit import judge
 
-from .conftest import ROOT
+from .conftest import load_benchmark
 
 
 def _module():
-    path = ROOT / "benchmarks" / "judge_profile.py"
-    spec = importlib.util.spec_from_file_location("judge_profile", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("judge_profile")
 
 
 def _busy(seconds: float) -> int:

@@ -8,33 +8,23 @@ headline's level, so the whole-file summary is written).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from kernelgate.errors import KernelgateError
 
 from .audit_corpus import CANDIDATES, REFERENCE
-from .conftest import ROOT
+from .conftest import ROOT, load_benchmark
 
 SCRIPT = ROOT / "benchmarks" / "judge_speed.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("judge_speed", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-judge_speed = _load()
+judge_speed = load_benchmark("judge_speed")
 
 
 def _script(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

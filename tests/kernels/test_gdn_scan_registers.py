@@ -4,22 +4,15 @@ that takes minutes, so they are the script's job, not a test's)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "gdn_scan_registers.py"
+from ..conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("gdn_scan_registers", BENCHMARK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gdn_scan_registers")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="an interpreter check (CPU)")
