@@ -7,10 +7,7 @@ and the ``gpu`` tests add bf16 at the benchmark shape and bitwise determinism.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,6 +24,7 @@ from kernelgate.kernels.gdn import (
     naive_recurrent_gated_delta_rule,
 )
 
+from ..conftest import load_benchmark
 from . import _family as family
 from ._family import DEVICE
 
@@ -234,13 +232,6 @@ def _misaligned(x: torch.Tensor) -> torch.Tensor:
     return view
 
 
-_COMPILE_SCRIPT = (
-    "import json, sys\n"
-    "from kernelgate.sandbox.resources import compile_records\n"
-    "print(json.dumps(compile_records(sys.argv[1], json.load(sys.stdin))))\n"
-)
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode only: offline compile")
 def test_kernels_compile_for_sm90_without_spills():
     """RES-02's CPU path for our kernels at K = V = 128 (bf16 and fp32) and at the example's
@@ -287,19 +278,11 @@ def test_kernels_compile_for_sm90_without_spills():
         pointers = [n for n, kind in record["signature"].items() if kind.startswith("*")]
         assert all(record["attrs"].get(n) == "D" for n in pointers), record["attrs"]
     candidate = Path(__file__).resolve().parents[2] / "examples" / "gdn" / "candidate.py"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-c", _COMPILE_SCRIPT, str(candidate)],
-        input=json.dumps(records),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
+    # a failed compile exits with the compiler's error (SystemExit: the test fails with it)
+    _, results = load_benchmark("_offline_compile").compile_offline(
+        records, candidate, None, timeout=600
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"offline compile of {len(records)} kernels: {time.monotonic() - started:.1f} s")
     bad = []
     for record, result in zip(records, results, strict=True):
