@@ -87,11 +87,10 @@ def cpu_seconds_of(
                 waited = os.wait4(process.pid, 0)
                 break
             time.sleep(0.05)
-        process.returncode = os.waitstatus_to_exitcode(waited[1])
         log.seek(0)
         tail = log.read()[-600:]
-    usage = waited[2]
-    return process.returncode, time.perf_counter() - start, usage.ru_utime + usage.ru_stime, tail
+    code, usage = os.waitstatus_to_exitcode(waited[1]), waited[2]
+    return code, time.perf_counter() - start, usage.ru_utime + usage.ru_stime, tail
 
 
 def build_record(record_id: str, source: str, work: Path, limit: float) -> dict[str, Any]:
