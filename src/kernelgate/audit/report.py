@@ -86,9 +86,13 @@ def _old_accepts(status: str) -> bool | None:
     return {ACCEPTED: True, REJECTED: False}.get(status)
 
 
-def _matrix(rows: list[dict[str, Any]], field: str) -> dict[str, int]:
+def disagreement_matrix(rows: list[dict[str, Any]], field: str) -> dict[str, int]:
     """Old check (accepts, rejects) by contract outcome (``MATRIX_COLUMNS``), plus the
-    records left out (``excluded``): cells ``old_<accepts|rejects>_contract_<outcome>``."""
+    records left out (``excluded``): cells ``old_<accepts|rejects>_contract_<outcome>``.
+
+    Public because ``combine.py`` crosses the rows of several audits' summaries with it:
+    one rule for the matrix, whether it covers one corpus or five. ``rows`` need only
+    ``verdict`` and ``field`` (a store row's or a summary row's)."""
     cells = Counter()
     for row in rows:
         old, new = _old_accepts(row[field]), row["verdict"]
@@ -280,8 +284,8 @@ def summarize(
             k: sum(1 for r in rows if r["old_check_current"] == k) for k in OLD_CHECK_OUTCOMES
         },
         "contract": {k: sum(1 for r in rows if r["verdict"] == k) for k in CONTRACT_OUTCOMES},
-        "disagreement": _matrix(rows, "old_check"),
-        "disagreement_current_tolerance": _matrix(rows, "old_check_current"),
+        "disagreement": disagreement_matrix(rows, "old_check"),
+        "disagreement_current_tolerance": disagreement_matrix(rows, "old_check_current"),
         "headline": headline(loaded),
         "gates": dict(sorted(gate_stats.items())),
         "tolerance_free_vs_thresholded": {"judged": len(loaded), **kinds},
@@ -332,6 +336,9 @@ def summarize(
         # which kernelgate source (audit.judge.code_digest) judged how many rows; rows of
         # stores written before the digest was recorded count as "unrecorded"
         "judged_with": dict(Counter(str(r.get("judged_with", "unrecorded")) for r in rows)),
+        # the versions and device that judged the rows (identity.judging_environment), so a
+        # combined report (combine.py) can say what each audit ran on
+        "environments": environments(rows),
         "rows": [
             {
                 "id": r["id"],
@@ -358,10 +365,24 @@ def summarize(
                 },
                 "evidence": local(r.get("evidence")),
                 "reused_from": r.get("reused_from"),
+                # the bytes judged (identity.inputs_digest): which records share a
+                # (reference, candidate) pair, across audits too (combine.py)
+                "inputs_sha256": r.get("inputs_sha256"),
             }
             for r in rows
         ],
     }
+
+
+def environments(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each environment the rows were judged in (torch, Triton, CUDA, device, GPU), with its
+    row count, most rows first; rows that record none (older stores) are not counted."""
+    counts = Counter(
+        json.dumps(r["environment"], sort_keys=True)
+        for r in rows
+        if isinstance(r.get("environment"), dict)
+    )
+    return [{"environment": json.loads(env), "rows": n} for env, n in counts.most_common()]
 
 
 def reused_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -425,11 +446,7 @@ def _plots(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, byt
     images: dict[str, bytes] = {}
 
     def save(name: str, figure: Any) -> None:
-        buffer = io.BytesIO()
-        figure.tight_layout()
-        figure.savefig(buffer, format="png", dpi=110)
-        plt.close(figure)
-        images[name] = buffer.getvalue()
+        images[name] = png_bytes(plt, figure)
 
     figure, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     for ax, key, title in (
@@ -453,7 +470,20 @@ def _plots(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, byt
     ax.invert_yaxis()
     save("gate_failures", figure)
 
-    matrix = summary["disagreement"]
+    save("disagreement", disagreement_figure(plt, summary["disagreement"]))
+
+    seconds = [float(r["seconds"]) for r in rows if r["verdict"] != "unreadable" and r["seconds"]]
+    figure, ax = plt.subplots(figsize=(6, 3))
+    ax.hist(seconds or [0.0], bins=min(30, max(5, len(seconds))), color="#55a868")
+    ax.set_xlabel("seconds per record (old check + contract)")
+    ax.set_ylabel("records")
+    save("verification_time", figure)
+    return images
+
+
+def disagreement_figure(plt: Any, matrix: dict[str, int], title: str | None = None) -> Any:
+    """The disagreement matrix as a heat map (``plt``: matplotlib.pyplot, Agg backend).
+    Shared with the combined report (``combine.py``), so the two plots read alike."""
     cells = [
         [matrix[f"old_{old}_contract_{new}"] for new in MATRIX_COLUMNS]
         for old in ("accepts", "rejects")
@@ -465,16 +495,17 @@ def _plots(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, byt
     for i in range(2):
         for j in range(len(MATRIX_COLUMNS)):
             ax.text(j, i, str(cells[i][j]), ha="center", va="center", fontsize=14)
-    ax.set_title(f"excluded: {matrix['excluded']}")
-    save("disagreement", figure)
+    ax.set_title((f"{title}; " if title else "") + f"excluded: {matrix['excluded']}")
+    return figure
 
-    seconds = [float(r["seconds"]) for r in rows if r["verdict"] != "unreadable" and r["seconds"]]
-    figure, ax = plt.subplots(figsize=(6, 3))
-    ax.hist(seconds or [0.0], bins=min(30, max(5, len(seconds))), color="#55a868")
-    ax.set_xlabel("seconds per record (old check + contract)")
-    ax.set_ylabel("records")
-    save("verification_time", figure)
-    return images
+
+def png_bytes(plt: Any, figure: Any) -> bytes:
+    """``figure`` as PNG bytes, closed afterwards (one figure's memory, not every plot's)."""
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    return buffer.getvalue()
 
 
 # -- documents -------------------------------------------------------------------------------
@@ -576,6 +607,59 @@ def static_rows(summary: dict[str, Any]) -> list[list[str]]:
     ] or [["-", "0", "0", "0"]]
 
 
+Table = tuple[str, list[str], list[list[str]]]  # (title, header, rows) of one table
+
+
+def disagreement_table(matrix: dict[str, int], current: dict[str, int] | None) -> Table:
+    """The disagreement matrix as a table: the old check at 1e-2, today's per-dtype tolerance
+    in brackets (left out where ``current`` is None). Shared with the combined report
+    (``combine.py``), so that one audit's matrix and five audits' read the same."""
+
+    def cell(old: str, outcome: str) -> str:
+        key = f"old_{old}_contract_{outcome}"
+        return f"{matrix[key]} ({current[key]})" if current is not None else str(matrix[key])
+
+    title = "Disagreement matrix (old check at 1e-2" + (
+        "; per-dtype tolerance in brackets)" if current is not None else ")"
+    )
+    return (
+        title,
+        ["", *[f"contract {c}" for c in MATRIX_COLUMNS]],
+        [
+            *[
+                [f"old check {old}", *[cell(old, c) for c in MATRIX_COLUMNS]]
+                for old in ("accepts", "rejects")
+            ],
+            ["excluded (not run, unreadable, error)", str(matrix["excluded"]), "", ""],
+        ],
+    )
+
+
+def headline_cells(head: dict[str, Any]) -> list[str]:
+    """``headline``'s figures as one table row: loaded, any gate fails, any tolerance-free
+    gate fails (each with its rate and how many of those records are narrowed)."""
+    return [
+        str(head["loaded"]),
+        f"{head['any_gate_fails']} ({_pct(head['any_gate_fails_rate'])}; "
+        f"{head['any_gate_fails_narrowed']} narrowed)",
+        f"{head['any_tolerance_free_gate_fails']} "
+        f"({_pct(head['any_tolerance_free_gate_fails_rate'])}; "
+        f"{head['any_tolerance_free_gate_fails_narrowed']} narrowed)",
+    ]
+
+
+HEADLINE_HEADER = ["loaded", "any gate fails", "any tolerance-free gate fails"]
+
+
+def headline_table(head: dict[str, Any]) -> Table:
+    """The two headline rates as a table (shared with the combined report)."""
+    return (
+        "Headline rates (records that loaded; narrowed records count where their gate failed)",
+        HEADLINE_HEADER,
+        [headline_cells(head)],
+    )
+
+
 def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of every table, shared by the Markdown and HTML documents."""
     m = summary["disagreement"]
@@ -600,37 +684,8 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
                 ],
             ],
         ),
-        (
-            "Disagreement matrix (old check at 1e-2; per-dtype tolerance in brackets)",
-            ["", *[f"contract {c}" for c in MATRIX_COLUMNS]],
-            [
-                *[
-                    [
-                        f"old check {old}",
-                        *[
-                            f"{m[f'old_{old}_contract_{c}']} ({mc[f'old_{old}_contract_{c}']})"
-                            for c in MATRIX_COLUMNS
-                        ],
-                    ]
-                    for old in ("accepts", "rejects")
-                ],
-                ["excluded (not run, unreadable, error)", str(m["excluded"]), "", ""],
-            ],
-        ),
-        (
-            "Headline rates (records that loaded; narrowed records count where their gate failed)",
-            ["loaded", "any gate fails", "any tolerance-free gate fails"],
-            [
-                [
-                    str(head["loaded"]),
-                    f"{head['any_gate_fails']} ({_pct(head['any_gate_fails_rate'])}; "
-                    f"{head['any_gate_fails_narrowed']} narrowed)",
-                    f"{head['any_tolerance_free_gate_fails']} "
-                    f"({_pct(head['any_tolerance_free_gate_fails_rate'])}; "
-                    f"{head['any_tolerance_free_gate_fails_narrowed']} narrowed)",
-                ]
-            ],
-        ),
+        disagreement_table(m, mc),
+        headline_table(head),
         (
             "Per-gate failure rates and time (records that loaded)",
             ["gate", "kind", "pass", "fail", "skipped", "failure rate", "median s", "total s"],
