@@ -863,6 +863,38 @@ def audit_report_command(
     )
 
 
+@command("audit-combine")
+def audit_combine_command(
+    audits: Annotated[
+        list[Path],
+        typer.Argument(help="audits' output folders, each with its summary.json (read only)"),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="where summary.json, README.md and the plot are written"),
+    ],
+) -> None:
+    """One report over several audits (the five CUDA-L1 files, say): per audit and over all
+    their rows, the disagreement matrix, the headline rates, gate failures, and how many
+    rows were reused from another audit (counted as records of their own audit). Nothing is
+    judged; exit 2 when a folder holds no valid audit summary (see docs/audit.md)."""
+    from kernelgate.audit.combine import README_NAME, write_combined
+
+    combined = write_combined(audits, out)
+    m = combined.disagreement
+    console.print(
+        f"{len(combined.audits)} audit(s), {combined.records} records ({combined.judged} "
+        f"judged, {combined.reused} reused, {combined.unreadable} unreadable); old check "
+        f"accepts and contract rejects: {m['old_accepts_contract_rejected']}; report: "
+        f"{out / README_NAME}",
+        highlight=False,
+    )
+    for name in combined.partial:
+        errors.print(f"[yellow]{escape(name)}: a partial audit (--only)[/]", highlight=False)
+    for name in combined.unfinished:
+        errors.print(f"[yellow]{escape(name)}: not finished (records without a row)[/]")
+
+
 @command("calibrate")
 def calibrate_command(
     device: DeviceOption = "cpu",
