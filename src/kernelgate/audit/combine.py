@@ -243,6 +243,7 @@ def _headline_rows(rows: list[dict[str, Any]], kinds: dict[str, str]) -> list[di
 
 
 def _counts(rows: list[dict[str, Any]], key: str, outcomes: tuple[str, ...]) -> dict[str, int]:
+    """How many rows have each of ``outcomes`` in ``key`` (every outcome, zeros too)."""
     counts = Counter(row[key] for row in rows)
     return {outcome: counts[outcome] for outcome in outcomes}
 
@@ -330,21 +331,22 @@ def _names(folders: list[Path], summaries: list[dict[str, Any]]) -> list[str]:
 
 
 def _same_audit_twice(folders: list[Path], summaries: list[dict[str, Any]]) -> None:
-    """Refuse a folder given twice, or two audits of one corpus: their records would count
-    twice in every combined figure."""
-    seen: dict[Any, Path] = {}
+    """Refuse a folder given twice, or two audits of one corpus (the same ``source_sha256``):
+    their records would count twice in every combined figure."""
+    resolved: set[Path] = set()
+    corpora: dict[str, Path] = {}
     for folder, summary in zip(folders, summaries, strict=True):
+        if folder.resolve() in resolved:
+            raise CombineError(f"{folder} is given twice: its records would be counted twice")
+        resolved.add(folder.resolve())
         digest = (summary.get("settings") or {}).get("source_sha256")
-        for key, why in (
-            (("folder", folder.resolve()), "is given twice"),
-            (("corpus", digest), f"audits the same corpus (sha256 {str(digest)[:12]}…) as"),
-        ):
-            if key[1] is None:
-                continue
-            if key in seen:
-                other = "" if key[0] == "folder" else f" {seen[key]}"
-                raise CombineError(f"{folder} {why}{other}: its records would be counted twice")
-            seen[key] = folder
+        if digest and digest in corpora:
+            raise CombineError(
+                f"{folder} audits the same corpus (sha256 {str(digest)[:12]}…) as "
+                f"{corpora[digest]}: its records would be counted twice"
+            )
+        if digest:
+            corpora[str(digest)] = folder
 
 
 def combine(folders: list[Path]) -> CombinedAudit:
@@ -451,12 +453,15 @@ def _distinct_pairs(names: list[str], summaries: list[dict[str, Any]]) -> dict[s
 
 
 def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    """One Markdown table, cells escaped as report.py's are (a ``|`` in a reason)."""
     lines = [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return [*lines, ""]
 
 
 def _audit_rows(combined: CombinedAudit) -> list[list[str]]:
+    """The per-audit table: one row per audit, then the totals (``**all**``)."""
+
     def cells(p: AuditPart | CombinedAudit, name: str, corpus: str, device: str) -> list[str]:
         per_hour = (
             p.judged_per_hour if isinstance(p, AuditPart) else p.throughput["judged_per_hour"]
@@ -580,11 +585,13 @@ def sections(combined: CombinedAudit) -> list[Table]:
 
 
 def _audits(combined: CombinedAudit) -> str:
+    """``N audit(s)`` for the page's text."""
     count = len(combined.audits)
     return f"{count} audit" + ("s" if count != 1 else "")
 
 
 def _environment_text(env: dict[str, Any]) -> str:
+    """An environment in a few words: GPU, torch, Triton, CUDA (what decides verdicts)."""
     parts = [f"{k} {env[k]}" for k in ("gpu", "torch", "triton", "cuda") if env.get(k)]
     return ", ".join(parts) or str(env.get("device", "?"))
 
