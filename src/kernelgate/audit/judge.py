@@ -184,16 +184,31 @@ def take_code_digest(given: object) -> None:
         _given_code_digest = given
 
 
+# Subpackages of kernelgate that no judge imports: the shipped kernels (kernelgate.kernels)
+# and the model trained on them (kernelgate.training). Kernel work between two device
+# sessions must not change the digest, or an audit could no longer reuse or resume the rows
+# another session judged with the same judge (tests/test_code_digest.py checks that nothing
+# outside these folders imports them).
+NOT_THE_JUDGE = ("kernels", "training")
+
+
+def tree_digest(root: Path) -> str:
+    """The digest of the kernelgate package at ``root``: every module's behaviour
+    (``behaviour_of``) under its path, except the subpackages in ``NOT_THE_JUDGE``."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in NOT_THE_JUDGE:
+            continue
+        digest.update(str(relative).encode() + b"\0" + behaviour_of(path.read_bytes()))
+    return digest.hexdigest()[:12]
+
+
 @functools.cache
 def _computed_code_digest() -> str:
     import kernelgate
 
-    root = Path(kernelgate.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        name = str(path.relative_to(root)).encode()
-        digest.update(name + b"\0" + behaviour_of(path.read_bytes()))
-    return digest.hexdigest()[:12]
+    return tree_digest(Path(kernelgate.__file__).resolve().parent)
 
 
 def work_folder_name(record_id: str) -> str:
