@@ -108,6 +108,11 @@ FROM_AUDIT_MEANINGS = {
     "during the check, and that overlap is counted in check_s",
     "audit_records_per_hour": "judged rows per hour of that same audit's wall time "
     "(summary throughput: judged_per_hour; unreadable and reused rows not counted)",
+    "sanitizer_s": "wall time of RES-01's compute-sanitizer runs after the gates (the row's "
+    "sanitizer.seconds: records whose candidate launched a kernel of its own, device audits "
+    "only; 0 where none ran); part of verdict_s",
+    "ratio_without_sanitizers": "(verdict_s - sanitizer_s) / check_s: the twelve gates as "
+    "`kernelgate verify` runs them without --sanitize, beside the audit's default",
 }
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -146,6 +151,11 @@ def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     checks = [r["check_s"] for r in rows if r.get("check_s") is not None]
     verdicts = [r["verdict_s"] for r in rows if r.get("verdict_s") is not None]
     ratios = [r["ratio"] for r in rows if r.get("ratio") is not None]
+    # the same without the sanitizer pass (rows of an audit: --from-audit only)
+    gate_ratios = [
+        r["ratio_without_sanitizers"] for r in rows if r.get("ratio_without_sanitizers") is not None
+    ]
+    sanitized = [r["sanitizer_s"] for r in rows if r.get("sanitizer_s")]
     both = [r for r in rows if r.get("check_s") is not None and r.get("verdict_s") is not None]
     verdict_sum = sum(verdicts)
     both_sum = sum(r["check_s"] + r["verdict_s"] for r in both)
@@ -156,6 +166,9 @@ def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "verdict_median_s": _rounded(_median(verdicts)),
         "ratio_median": _rounded(_median(ratios), 4),
         "ratio_p95": _rounded(percentile(ratios, 0.95), 4),
+        "ratio_median_without_sanitizers": _rounded(_median(gate_ratios), 4),
+        "sanitized_records": len(sanitized),
+        "sanitizer_median_s": _rounded(_median(sanitized)),
         "kernelbench_check_p95_s": _rounded(percentile(checks, 0.95)),
         "verdict_p95_s": _rounded(percentile(verdicts, 0.95)),
         "sequential_verdict_records_per_hour": (
@@ -475,6 +488,8 @@ def audit_row(stored: dict[str, Any]) -> dict[str, Any]:
     if stored.get("reused_from"):
         row["errors"].append("reused from another audit: not timed here")
         return row
+    sanitizer = (stored.get("sanitizer") or {}).get("seconds")
+    row["sanitizer_s"] = round(float(sanitizer), 3) if isinstance(sanitizer, int | float) else 0.0
     check = stored.get("old_check_seconds")
     if row["check_status"] in CHECK_RAN and isinstance(check, int | float):
         row["check_s"] = round(float(check), 3)
@@ -482,6 +497,8 @@ def audit_row(stored: dict[str, Any]) -> dict[str, Any]:
         row["verdict_s"] = round(max(total - check, 0.0), 3)
         if check > 0:
             row["ratio"] = round(row["verdict_s"] / check, 4)
+            gates_only = max(row["verdict_s"] - row["sanitizer_s"], 0.0)
+            row["ratio_without_sanitizers"] = round(gates_only / check, 4)
     if stored.get("verdict") == judge.ERROR and stored.get("reason"):
         row["errors"].append(f"verdict: {str(stored['reason'])[:REASON_CHARS]}")
     return row
@@ -621,6 +638,7 @@ def results_document(
         "kernelbench_check_median_s": headline["kernelbench_check_median_s"],
         "verdict_median_s": headline["verdict_median_s"],
         "ratio_median": headline["ratio_median"],
+        "ratio_median_without_sanitizers": headline["ratio_median_without_sanitizers"],
         "verdict_p95_s": headline["verdict_p95_s"],
         "audit_records_per_hour": (audit or {}).get("audit_records_per_hour"),
         "summary": headline,

@@ -211,7 +211,9 @@ def _audit_folder(tmp_path: Path) -> Path:
     store.set_corpus(["c/L1/T1", "c/L1/T2", "c/L2/T1"])
     store.begin_run({"workers": 4})
 
-    def row(record: str, level: int, check: float | None, seconds: float) -> dict:
+    def row(
+        record: str, level: int, check: float | None, seconds: float, sanitizer: float = 0.0
+    ) -> dict:
         return {
             "id": record,
             "source_ids": {"level": level, "task": 1},
@@ -223,9 +225,11 @@ def _audit_folder(tmp_path: Path) -> Path:
             "judge_started_s": 1.0,
             "seconds": seconds,
             "gates": [{"id": "CMP-01", "status": "fail", "seconds": 2.0}],
+            "sanitizer": {"tools": {}, "seconds": sanitizer} if sanitizer else {"not_run": "-"},
         }
 
-    store.put(0, row("c/L1/T1", 1, 4.0, 13.0))  # verdict 1 + 13 - 4 = 10 s: ratio 2.5
+    # verdict 1 + 13 - 4 = 10 s: ratio 2.5; without its 6 s of sanitizers, 4 s: ratio 1
+    store.put(0, row("c/L1/T1", 1, 4.0, 13.0, sanitizer=6.0))
     store.put(1, row("c/L1/T2", 1, None, 9.0))  # check resumed: no ratio
     store.put(2, row("c/L2/T1", 2, 2.0, 21.0))  # verdict 20 s: ratio 10
     store.close()
@@ -244,6 +248,16 @@ def test_from_audit_reads_check_and_verdict_times_of_one_audit(tmp_path: Path) -
     rows = {r["id"]: r for r in document["records"]}
     assert rows["c/L1/T1"]["check_s"] == 4.0 and rows["c/L1/T1"]["verdict_s"] == 10.0
     assert rows["c/L1/T2"]["ratio"] is None  # a resumed judge's check was not timed
+    assert rows["c/L1/T1"]["sanitizer_s"] == 6.0
+    assert (
+        document["ratio_median_without_sanitizers"]
+        == rows["c/L1/T1"]["ratio_without_sanitizers"]
+        == 1.0
+    )
+    assert document["summary"]["sanitized_records"] == 1
+    assert document["summary"]["sanitizer_median_s"] == 6.0
+    # the unsanitized level-2 record: the same ratio either way (20 / 2)
+    assert rows["c/L2/T1"]["ratio_without_sanitizers"] == rows["c/L2/T1"]["ratio"] == 10.0
     assert document["whole_file"]["ratio_median"] == 6.25  # median of 2.5 and 10
     assert document["audit"]["complete"] and document["audit"]["workers"] == [4]
     assert document["audit"]["records"] == document["audit"]["rows_stored"] == 3
