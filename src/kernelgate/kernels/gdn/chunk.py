@@ -33,6 +33,11 @@ from kernelgate.kernels.gdn.chunk_fwd import (
     _wy_apply_fwd_kernel,
     _wy_fwd_kernel,
 )
+from kernelgate.kernels.gdn.chunk_fwd_fast import (
+    _output_fast_kernel,
+    _scan_fast_kernel,
+    _wy_fast_kernel,
+)
 
 CHUNK_SIZE = 64
 SUB_BLOCK = 16  # the WY inverse works on block rows of 16 steps of the 64 x 64 chunk matrix
@@ -61,6 +66,25 @@ MAX_SCAN_TILE = 4096
 # Reduction length of one tl.dot over K or over chunk steps (see chunk_fwd.py: fp32 dots
 # reading both operands from memory compile without spills at these sizes).
 REDUCE_BLOCK = 32
+
+
+# Which forward runs: "staged" (chunk_fwd.py: the verified kernels, every dot operand staged
+# through global memory, IEEE fp32 dots) or "registers" (chunk_fwd_fast.py: three kernels with
+# register operands and tf32x3 dots, opt-in until timed and verified on the device). A module
+# attribute read at every call, like kernels/_precision.FP32_DOTS, so benchmarks/gdn.py
+# --forward can switch it; both return the same intermediates, so the backward is the same.
+FORWARD = "staged"
+FORWARD_CHOICES = ("staged", "registers")
+# Launch configurations of the "registers" forward (offline sm_90 figures:
+# benchmarks/results/gdn-fwd-fast-resources-cpu.json). The scan's V tile, state split and
+# pipelining are the register prototype's spill-free choice at K = 128 (BV = 16, NK = 2, 4
+# warps, 2 stages: benchmarks/gdn_scan_registers.py); FAST_SCAN_ROWS is the largest row tile
+# of the state (NK = K / FAST_SCAN_ROWS, at most 4).
+FAST_NUM_WARPS = {"wy_fast": 8, "scan_fast": 4, "output_fast": 8}
+FAST_NUM_STAGES = {"wy_fast": 2, "scan_fast": 2, "output_fast": 2}
+FAST_SCAN_BLOCK_V = 16
+FAST_SCAN_ROWS = 64
+FAST_BLOCK = 64  # column tile of K and V in the per-chunk kernels
 
 
 # How 16-bit (bf16, fp16) inputs are computed is one setting for the whole family:
@@ -95,7 +119,14 @@ def _check_inputs(q, k, v, g, beta, initial_state) -> None:
 
 
 def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
-    """Launch the three forward kernels; returns o, the final state and what backward needs."""
+    """Launch the forward kernels (``FORWARD`` picks which); returns o, the final state and
+    what backward needs."""
+    if FORWARD not in FORWARD_CHOICES:
+        raise ValueError(f"FORWARD must be one of {FORWARD_CHOICES}, not {FORWARD!r}")
+    if FORWARD == "registers":
+        return chunk_gated_delta_rule_fwd_registers(
+            q, k, v, g, beta, scale, initial_state, output_final_state
+        )
     batch, seq_len, heads, dim_k = q.shape
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
@@ -213,6 +244,73 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
         PREC=prec,
         num_warps=NUM_WARPS["output_fwd"],
     )
+    return o, final_state, (g_cum, a_inv, w, states, v_new, scores)
+
+
+def fast_scan_split(dim_k: int) -> tuple[int, int]:
+    """(BKS, NK) of the register scan: the state's K rows (padded to a power of two >= 16)
+    as NK row tiles of BKS rows, BKS at most FAST_SCAN_ROWS and NK at most 4."""
+    padded = tile_width(dim_k, MAX_HEAD_DIM_K)
+    rows = max(min(FAST_SCAN_ROWS, padded), padded // 4)
+    return rows, padded // rows
+
+
+def fast_precision(dtype: torch.dtype) -> str:
+    """The dot precision of the "registers" forward: tf32x3 for fp32 inputs (IEEE with
+    register operands spills on sm_90, chunk_fwd.py); TF32 for 16-bit inputs, whose values
+    TF32 holds exactly (reached only with _precision.SIXTEEN_BIT_COMPUTE = "tf32")."""
+    return "tf32x3" if dtype == torch.float32 else "tf32"
+
+
+def chunk_gated_delta_rule_fwd_registers(
+    q, k, v, g, beta, scale, initial_state, output_final_state
+):
+    """The "registers" forward (chunk_fwd_fast.py): three launches instead of five, the same
+    return value and saved intermediates as the staged forward."""
+    batch, seq_len, heads, dim_k = q.shape
+    dim_v = v.shape[-1]
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    prec = fast_precision(q.dtype)
+    padded_k = tile_width(dim_k, MAX_HEAD_DIM_K)
+    padded_v = triton.next_power_of_2(max(dim_v, 16))
+    block_k = min(padded_k, FAST_BLOCK)
+    block_v = min(padded_v, FAST_BLOCK)
+    f32 = dict(device=q.device, dtype=torch.float32)
+
+    g_cum = torch.empty(batch, seq_len, heads, device=q.device, dtype=torch.float64)
+    a_inv = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    w = torch.empty(batch, seq_len, heads, dim_k, **f32)
+    u = torch.empty(batch, seq_len, heads, dim_v, **f32)
+    grid = (num_chunks, batch * heads)
+    _wy_fast_kernel[grid](
+        k, v, g, beta, g_cum, a_inv, w, u, seq_len, heads,
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, S=SUB_BLOCK, KP=padded_k, VP=padded_v,
+        BK=block_k, BV=block_v, PREC=prec,
+        num_warps=FAST_NUM_WARPS["wy_fast"], num_stages=FAST_NUM_STAGES["wy_fast"],
+    )  # fmt: skip
+
+    states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
+    v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
+    final_state = state_buffer(output_final_state, (batch, heads, dim_k, dim_v), q.device)
+    h0 = fp32_state(initial_state)
+    rows, split = fast_scan_split(dim_k)
+    scan_block_v = min(FAST_SCAN_BLOCK_V, padded_v)
+    _scan_fast_kernel[(triton.cdiv(dim_v, scan_block_v), batch * heads)](
+        k, w, u, g_cum, h0 if h0 is not None else w, states, v_new,
+        final_state if final_state is not None else w, seq_len, num_chunks, heads,
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, BKS=rows, NK=split, BV=scan_block_v,
+        HAS_H0=h0 is not None, STORE_HT=final_state is not None, PREC=prec,
+        num_warps=FAST_NUM_WARPS["scan_fast"], num_stages=FAST_NUM_STAGES["scan_fast"],
+    )  # fmt: skip
+
+    o = torch.empty_like(v)
+    scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    _output_fast_kernel[grid](
+        q, k, v_new, g_cum, states, o, scores, seq_len, num_chunks, heads, scale,
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v, BK=block_k, BV=block_v,
+        PREC=prec,
+        num_warps=FAST_NUM_WARPS["output_fast"], num_stages=FAST_NUM_STAGES["output_fast"],
+    )  # fmt: skip
     return o, final_state, (g_cum, a_inv, w, states, v_new, scores)
 
 
