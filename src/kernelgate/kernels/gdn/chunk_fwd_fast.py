@@ -140,7 +140,9 @@ def _wy_fast_kernel(
         kk += tl.dot(b_k, tl.trans(b_k), input_precision=PREC)
     a = beta[:, None] * kk * _decay(g_cum, g_cum, o_c[:, None] > o_c[None, :])
     tinv = _unit_lower_inverse(a, C, S, PREC)
-    tl.store(ainv_ptr + chunk_row * C + o_c[:, None] * (H * C) + o_c[None, :], tinv, mask=m_t[:, None])
+    tl.store(
+        ainv_ptr + chunk_row * C + o_c[:, None] * (H * C) + o_c[None, :], tinv, mask=m_t[:, None]
+    )
 
     t_bg = tinv * (beta * tl.exp(g_cum.to(tl.float32)))[None, :]  # Tinv diag(beta gamma)
     w_base = w_ptr + chunk_row * K
