@@ -11,11 +11,11 @@ spill bytes and the shared memory each needs. A kernel passes only with 0 spill 
 every Triton compiled and within sm_90's 227 KiB of shared memory per CTA.
 
 Cases: fp32 inputs (16-bit ones run as fp32 copies by default, the same specializations),
-K = V in ``--dims`` (default 128 and 64), T = 70 (two chunks, the second ragged; T, the chunk
-count and H are runtime values, so the records are those of any length), two heads, with and
-without an initial state (the scan specializes on it). ``--configs`` also compiles other
-launch configurations (num_warps, num_stages, the scan's V tile) to compare against the
-defaults in chunk.py.
+head sizes ``--dims`` ("K" for K = V, or "K:V"; default K = V = 128 and 64), T = 70 (two
+chunks, the second ragged; T, the chunk count and H are runtime values, so the records are
+those of any length), two heads, with and without an initial state (the scan specializes on
+it). ``--configs`` also compiles other launch configurations (num_warps, num_stages, the
+scan's V tile, the column tiles) to compare against the defaults in chunk.py.
 
 Launch count: the launches of one forward call of each path, counted at the interpreter's
 launch entry point (not deduplicated, unlike the resource records).
@@ -61,13 +61,20 @@ FAST_KERNELS = ("_wy_fast_kernel", "_scan_fast_kernel", "_output_fast_kernel")
 SM90_MAX_SHARED = 232448  # bytes of shared memory one CTA can have on sm_90 (227 KiB)
 CANDIDATE = ROOT / "examples" / "gdn" / "candidate.py"  # imports kernelgate.kernels.gdn
 # Alternative configurations for --configs: (name, FAST_NUM_WARPS, FAST_NUM_STAGES,
-# FAST_SCAN_BLOCK_V); each compiles every kernel at every case.
-CONFIGS: tuple[tuple[str, dict[str, int], dict[str, int], int], ...] = (
-    ("warps 4/4/4", {"wy_fast": 4, "scan_fast": 4, "output_fast": 4}, {}, 16),
-    ("warps 8/8/8", {"wy_fast": 8, "scan_fast": 8, "output_fast": 8}, {}, 16),
-    ("stages 1/1/1", {}, {"wy_fast": 1, "scan_fast": 1, "output_fast": 1}, 16),
-    ("stages 3/3/3", {}, {"wy_fast": 3, "scan_fast": 3, "output_fast": 3}, 16),
-    ("scan BV 32", {}, {}, 32),
+# FAST_SCAN_BLOCK_V, FAST_BLOCK), each an override of the defaults; each compiles every
+# kernel at every case.
+B32 = {"wy_kk": 32, "wy_fast": 32, "output_fast": 32}
+CONFIGS: tuple[tuple[str, dict[str, int], dict[str, int], int, dict[str, int]], ...] = (
+    ("warps 4/4/4", {"wy_fast": 4, "scan_fast": 4, "output_fast": 4}, {}, 16, {}),
+    ("warps 8/8/8", {"wy_fast": 8, "scan_fast": 8, "output_fast": 8}, {}, 16, {}),
+    ("stages 1/1/1", {}, {"wy_fast": 1, "scan_fast": 1, "output_fast": 1}, 16, {}),
+    ("stages 2/2/2", {}, {"wy_fast": 2, "scan_fast": 2, "output_fast": 2}, 16, {}),
+    ("stages 3/3/3", {}, {"wy_fast": 3, "scan_fast": 3, "output_fast": 3}, 16, {}),
+    ("blocks 32", {}, {}, 16, B32),
+    ("blocks 32, stages 1", {}, {"wy_fast": 1, "output_fast": 1}, 16, B32),
+    ("kk 32", {}, {}, 16, {"wy_kk": 32}),
+    ("kk 32, stages 1", {}, {"wy_fast": 1, "output_fast": 1}, 16, {"wy_kk": 32}),
+    ("scan BV 32", {}, {}, 32, {}),
 )
 
 
@@ -95,20 +102,22 @@ def forward_path(name: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def launch_config(warps: dict[str, int], stages: dict[str, int], scan_v: int) -> Iterator[None]:
+def launch_config(
+    warps: dict[str, int], stages: dict[str, int], scan_v: int, blocks: dict[str, int]
+) -> Iterator[None]:
     """chunk.py's FAST_* launch settings overridden for the block, restored after."""
-    saved = (dict(gdn_chunk.FAST_NUM_WARPS), dict(gdn_chunk.FAST_NUM_STAGES))
+    tables = (gdn_chunk.FAST_NUM_WARPS, gdn_chunk.FAST_NUM_STAGES, gdn_chunk.FAST_BLOCK)
+    saved = [dict(table) for table in tables]
     saved_v = gdn_chunk.FAST_SCAN_BLOCK_V
-    gdn_chunk.FAST_NUM_WARPS.update(warps)
-    gdn_chunk.FAST_NUM_STAGES.update(stages)
+    for table, override in zip(tables, (warps, stages, blocks), strict=True):
+        table.update(override)
     gdn_chunk.FAST_SCAN_BLOCK_V = scan_v
     try:
         yield
     finally:
-        gdn_chunk.FAST_NUM_WARPS.clear()
-        gdn_chunk.FAST_NUM_WARPS.update(saved[0])
-        gdn_chunk.FAST_NUM_STAGES.clear()
-        gdn_chunk.FAST_NUM_STAGES.update(saved[1])
+        for table, before in zip(tables, saved, strict=True):
+            table.clear()
+            table.update(before)
         gdn_chunk.FAST_SCAN_BLOCK_V = saved_v
 
 
@@ -134,21 +143,32 @@ def count_launches(path: str, dims: int = 32) -> dict[str, Any]:
     return {"launches": sum(counts.values()), "by_kernel": dict(counts)}
 
 
-def record_fast_launches(dims: list[int], configs: list[tuple]) -> list[tuple[str, dict]]:
+def head_sizes(dims: list[str]) -> list[tuple[int, int]]:
+    """(K, V) of each ``--dims`` entry, "K" (V = K) or "K:V"."""
+    out = []
+    for text in dims:
+        dim_k, _, dim_v = text.partition(":")
+        out.append((int(dim_k), int(dim_v or dim_k)))
+    return out
+
+
+def record_fast_launches(
+    dims: list[tuple[int, int]], configs: list[tuple]
+) -> list[tuple[str, dict]]:
     """(config name, record) for every distinct specialization of the new kernels over the
     cases and ``configs`` (the defaults first)."""
     from triton.runtime.interpreter import InterpretedFunction
 
     out: list[tuple[str, dict]] = []
-    for name, warps, stages, scan_v in configs:
+    for name, warps, stages, scan_v, blocks in configs:
         recorder = LaunchRecorder()
         original_run = InterpretedFunction.run
         recorder.install(interpreter=True)
         try:
-            with forward_path("registers"), launch_config(warps, stages, scan_v):
-                for dim in dims:
+            with forward_path("registers"), launch_config(warps, stages, scan_v, blocks):
+                for dim_k, dim_v in dims:
                     for with_h0 in (True, False):
-                        q, k, v, g, beta, h0 = make_inputs(70, 2, dim, dim, with_h0)
+                        q, k, v, g, beta, h0 = make_inputs(70, 2, dim_k, dim_v, with_h0)
                         with torch.no_grad():
                             chunk_gated_delta_rule(
                                 q, k, v, g, beta, initial_state=h0, output_final_state=with_h0
@@ -182,7 +202,12 @@ def describe(record: dict) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--triton36", default="/tmp/tr36site", help="folder holding Triton 3.6")
-    parser.add_argument("--dims", type=int, nargs="+", default=[128, 64], help="K = V compiled")
+    parser.add_argument(
+        "--dims",
+        nargs="+",
+        default=["128", "64"],
+        help="head sizes compiled: K (then V = K) or K:V",
+    )
     parser.add_argument("--configs", action="store_true", help="also the CONFIGS alternatives")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
@@ -191,6 +216,7 @@ def main() -> None:
         dict(gdn_chunk.FAST_NUM_WARPS),
         dict(gdn_chunk.FAST_NUM_STAGES),
         gdn_chunk.FAST_SCAN_BLOCK_V,
+        {},
     )
     configs = [default, *(CONFIGS if args.configs else ())]
     report: dict[str, Any] = {
@@ -205,13 +231,14 @@ def main() -> None:
             "FAST_NUM_STAGES": default[2],
             "FAST_SCAN_BLOCK_V": default[3],
             "FAST_SCAN_ROWS": gdn_chunk.FAST_SCAN_ROWS,
+            "FAST_BLOCK": dict(gdn_chunk.FAST_BLOCK),
         },
         "launches_per_forward": {
             "staged (shipped)": count_launches("staged"),
             "registers (new)": count_launches("registers"),
         },
     }
-    pairs = record_fast_launches(args.dims, configs)
+    pairs = record_fast_launches(head_sizes(args.dims), configs)
     records = [r for _, r in pairs]
     rows: list[dict[str, Any]] = []
     timings: dict[str, float] = {}
@@ -242,7 +269,7 @@ def main() -> None:
             row["fits_shared"] = (row["shared_bytes"] or 0) <= SM90_MAX_SHARED
             rows.append(row)
             print(
-                f"triton {version:6} {config:12} {row['kernel']:20} K=V={row['K']} "
+                f"triton {version:6} {config:12} {row['kernel']:20} K={row['K']} V={row['V']} "
                 f"h0={row.get('HAS_H0')} warps={row['num_warps']} stages={row['num_stages']} "
                 f"regs={row['registers']} spill st/ld={row['spill_store_bytes']}/"
                 f"{row['spill_load_bytes']} smem={row['shared_bytes']}"

@@ -84,7 +84,9 @@ FAST_NUM_WARPS = {"wy_fast": 8, "scan_fast": 4, "output_fast": 8}
 FAST_NUM_STAGES = {"wy_fast": 2, "scan_fast": 2, "output_fast": 2}
 FAST_SCAN_BLOCK_V = 16
 FAST_SCAN_ROWS = 64
-FAST_BLOCK = 64  # column tile of K and V in the per-chunk kernels
+# Column tiles (of K and V) of the per-chunk kernels: "wy_kk" the reduction tile of K K^T,
+# "wy_fast" W's and U's column tiles, "output_fast" the K and V tiles of the output.
+FAST_BLOCK = {"wy_kk": 64, "wy_fast": 64, "output_fast": 32}
 
 
 # How 16-bit (bf16, fp16) inputs are computed is one setting for the whole family:
@@ -273,8 +275,9 @@ def chunk_gated_delta_rule_fwd_registers(
     prec = fast_precision(q.dtype)
     padded_k = tile_width(dim_k, MAX_HEAD_DIM_K)
     padded_v = triton.next_power_of_2(max(dim_v, 16))
-    block_k = min(padded_k, FAST_BLOCK)
-    block_v = min(padded_v, FAST_BLOCK)
+    block = {
+        name: (min(padded_k, width), min(padded_v, width)) for name, width in FAST_BLOCK.items()
+    }
     f32 = dict(device=q.device, dtype=torch.float32)
 
     g_cum = torch.empty(batch, seq_len, heads, device=q.device, dtype=torch.float64)
@@ -285,7 +288,7 @@ def chunk_gated_delta_rule_fwd_registers(
     _wy_fast_kernel[grid](
         k, v, g, beta, g_cum, a_inv, w, u, seq_len, heads,
         K=dim_k, V=dim_v, C=CHUNK_SIZE, S=SUB_BLOCK, KP=padded_k, VP=padded_v,
-        BK=block_k, BV=block_v, PREC=prec,
+        RK=block["wy_kk"][0], BK=block["wy_fast"][0], BV=block["wy_fast"][1], PREC=prec,
         num_warps=FAST_NUM_WARPS["wy_fast"], num_stages=FAST_NUM_STAGES["wy_fast"],
     )  # fmt: skip
 
@@ -307,7 +310,8 @@ def chunk_gated_delta_rule_fwd_registers(
     scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
     _output_fast_kernel[grid](
         q, k, v_new, g_cum, states, o, scores, seq_len, num_chunks, heads, scale,
-        K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v, BK=block_k, BV=block_v,
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v,
+        BK=block["output_fast"][0], BV=block["output_fast"][1],
         PREC=prec,
         num_warps=FAST_NUM_WARPS["output_fast"], num_stages=FAST_NUM_STAGES["output_fast"],
     )  # fmt: skip
