@@ -23,7 +23,15 @@ from kernelgate.kernels.gdn import chunk as gdn_chunk
 from kernelgate.kernels.gdn import chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
 from . import _family as family
-from .test_gdn import FP32_TOL, GRAD_NAMES, SMALL_CASES, make_inputs
+from .test_gdn import (
+    BENCH_SHAPE,
+    BF16_TOL,
+    FP32_TOL,
+    GRAD_NAMES,
+    SMALL_CASES,
+    make_inputs,
+    run_both,
+)
 
 
 @pytest.fixture
@@ -129,3 +137,12 @@ def test_scan_split(dim_k, split):
     """The scan's state row tiles: at most FAST_SCAN_ROWS rows each, at most four tiles."""
     assert gdn_chunk.fast_scan_split(dim_k) == split
     assert gdn_chunk.fast_scan_split(256) == (64, 4)
+
+
+@family.gpu_only
+def test_registers_forward_bf16_benchmark_shape_against_float64_oracle(registers):
+    """test_gdn's bf16 benchmark-shape test (B=2, T=4096, H=16, K=V=128, forward and
+    backward) on the new forward: here its dots really are tf32x3, which the interpreter
+    cannot show. For the next device session."""
+    pairs = run_both(make_inputs(**BENCH_SHAPE, dtype=torch.bfloat16, seed=42), True, True)
+    family.assert_within(pairs, BF16_TOL, label="registers forward, bf16 relative errors:")

@@ -562,6 +562,10 @@ def chunk_gated_delta_rule(
         (o, final_state): o [B, T, H, V] in v's dtype; final_state [B, H, K, V] fp32, or None
         when ``output_final_state`` is False. Differentiable in q, k, v, g, beta and
         initial_state; deterministic (no atomics, fixed launch configurations).
+
+    The forward is the verified staged one unless the module setting ``FORWARD`` is
+    "registers" (chunk_fwd_fast.py: register operands and tf32x3 dots, opt-in, not yet timed
+    or verified on a device); the backward is the same for both.
     """
     _check_inputs(q, k, v, g, beta, initial_state)
     return apply_recurrence(

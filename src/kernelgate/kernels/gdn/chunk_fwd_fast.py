@@ -24,6 +24,8 @@ registers, and the launches drop from five to three:
   Y <- D - N Y from Y = D. Each step finalizes one more block row from rows already final:
   the block forward substitution of chunk_fwd.py (whose diagonal blocks are applied by
   substitution instead of as the explicit inverse D; both are the usual stable forms).
+  Then W = Tinv (diag(beta gamma) K) and U = Tinv (diag(beta) V) in column tiles, the
+  scales applied to the loaded tiles.
 * ``_scan_fast_kernel`` (one program per (batch, head, V tile of BV), the only sequential
   part): the state tile [K, BV] stays in registers through the chunk loop as NK row tiles
   of BKS rows (the prototype's split; unsplit, tf32x3 spilled at K = 128), storing the
@@ -44,10 +46,27 @@ make |G| reach hundreds inside a chunk). What changes: the dots are tf32x3 on fp
 fp32 whatever the precision, so CPU tests check the algorithm, not the TF32 rounding, which
 needs the device.
 
+Registers (offline sm_90 compile, Triton 3.9 and 3.6: benchmarks/gdn_fwd_fast_resources.py,
+benchmarks/results/gdn-fwd-fast-resources-cpu.json). A tf32x3 dot holds both operands' hi
+and lo parts, so what is live at once decides everything; what kept every kernel here
+spill-free:
+
+* the inverse's three steps are a loop, not unrolled: unrolled (``tl.static_range``) their
+  operands were live together and spilled 1.3-1.5 KB; the straight-line product form
+  Tinv = (I - N)(I + N^2) D (also exact, as N^4 = 0) spilled 1.0-2.8 KB;
+* W and U scale the loaded K and V tiles, not Tinv's columns: Tinv is then the one register
+  operand of both loops (two scaled copies of Tinv spilled 8 bytes at K = 128 with 3.9);
+* the output's V tiles are 32 wide (64: 80-92 bytes of spills at K = 128);
+* the scan loads the keys just before their dot (the prototype's finding).
+
+The per-chunk kernels still use most of the register file (``_wy_fast_kernel`` 230-255 per
+thread at 8 warps, one CTA per SM), so ptxas's choices can move with small changes: rerun
+the resources script after any edit.
+
 Head sizes: K and V are padded to powers of two (>= 16) inside the kernels with masked
-loads and stores, so any K <= 256 and any V run; the offline resources were measured at
-K = V = 64 and 128 (benchmarks/gdn_fwd_fast_resources.py). No atomics: results are bitwise
-reproducible for a given launch configuration.
+loads and stores, so any K <= 256 and any V run (the CPU tests cover K, V in {16, 20, 24,
+32, 64, 128}). No atomics: results are bitwise reproducible for a given launch
+configuration.
 """
 
 from __future__ import annotations
