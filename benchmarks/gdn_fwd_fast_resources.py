@@ -227,7 +227,7 @@ def main() -> None:
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": "offline sm_90 compile (no GPU); launches counted under TRITON_INTERPRET=1",
         "defaults": {
-            "FAST_NUM_WARPS": default[1],
+            "FAST_NUM_WARPS": default[1],  # None: chunk.fast_num_warps's rule
             "FAST_NUM_STAGES": default[2],
             "FAST_SCAN_BLOCK_V": default[3],
             "FAST_SCAN_ROWS": gdn_chunk.FAST_SCAN_ROWS,

@@ -145,6 +145,19 @@ def test_scan_split(dim_k, split):
     assert gdn_chunk.fast_scan_split(256) == (64, 4)
 
 
+@pytest.mark.parametrize(
+    ("dim_k", "wy", "scan"), [(20, 4, 8), (31, 4, 8), (32, 4, 4), (64, 4, 4), (128, 8, 4)]
+)
+def test_fast_num_warps_rule(monkeypatch, dim_k, wy, scan):
+    """The warps the offline figures chose (chunk.fast_num_warps), and an explicit
+    FAST_NUM_WARPS entry overrides the rule."""
+    assert gdn_chunk.fast_num_warps("wy_fast", dim_k) == wy
+    assert gdn_chunk.fast_num_warps("scan_fast", dim_k) == scan
+    assert gdn_chunk.fast_num_warps("output_fast", dim_k) == 8
+    monkeypatch.setitem(gdn_chunk.FAST_NUM_WARPS, "scan_fast", 2)
+    assert gdn_chunk.fast_num_warps("scan_fast", dim_k) == 2
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode only: offline compile")
 def test_registers_kernels_compile_for_sm90_without_spills(registers):
     """The three kernels at K = V = 128 and 64 (with an initial state, so the scan's

@@ -80,7 +80,8 @@ FORWARD_CHOICES = ("staged", "registers")
 # pipelining are the register prototype's spill-free choice at K = 128 (BV = 16, NK = 2, 4
 # warps, 2 stages: benchmarks/gdn_scan_registers.py); FAST_SCAN_ROWS is the largest row tile
 # of the state (NK = K / FAST_SCAN_ROWS, at most 4).
-FAST_NUM_WARPS = {"wy_fast": 8, "scan_fast": 4, "output_fast": 8}
+# None: by ``fast_num_warps``'s rule (from the same figures).
+FAST_NUM_WARPS: dict[str, int | None] = {"wy_fast": None, "scan_fast": None, "output_fast": 8}
 FAST_NUM_STAGES = {"wy_fast": 2, "scan_fast": 2, "output_fast": 2}
 FAST_SCAN_BLOCK_V = 16
 FAST_SCAN_ROWS = 64
@@ -257,6 +258,23 @@ def fast_scan_split(dim_k: int) -> tuple[int, int]:
     return rows, padded // rows
 
 
+def fast_num_warps(name: str, dim_k: int) -> int:
+    """num_warps of a "registers" forward kernel: ``FAST_NUM_WARPS[name]`` unless None, else
+    the rule the offline sm_90 figures gave (benchmarks/gdn_fwd_fast_resources.py --configs,
+    Triton 3.9 and 3.6). ``_wy_fast_kernel``: 4 warps up to K = 64 (204-254 registers, no
+    spills, where 8 warps spilled 8 bytes at K = V = 31), 8 above (4 warps spilled 4-20
+    bytes at K = 128 and 256). ``_scan_fast_kernel``: 4 warps when K is a power of two (no
+    masked state rows: 166-235 registers), 8 otherwise (4 warps spilled 4 bytes at K = 31
+    with Triton 3.6; 8 warps: 178-244 registers and no spills at every size measured)."""
+    warps = FAST_NUM_WARPS[name]
+    if warps is not None:
+        return warps
+    padded_k = tile_width(dim_k, MAX_HEAD_DIM_K)
+    if name == "wy_fast":
+        return 4 if padded_k <= 64 else 8
+    return 4 if padded_k == dim_k else 8
+
+
 def fast_precision(dtype: torch.dtype) -> str:
     """The dot precision of the "registers" forward: tf32x3 for fp32 inputs (IEEE with
     register operands spills on sm_90, chunk_fwd.py); TF32 for 16-bit inputs, whose values
@@ -289,7 +307,7 @@ def chunk_gated_delta_rule_fwd_registers(
         k, v, g, beta, g_cum, a_inv, w, u, seq_len, heads,
         K=dim_k, V=dim_v, C=CHUNK_SIZE, S=SUB_BLOCK, KP=padded_k, VP=padded_v,
         RK=block["wy_kk"][0], BK=block["wy_fast"][0], BV=block["wy_fast"][1], PREC=prec,
-        num_warps=FAST_NUM_WARPS["wy_fast"], num_stages=FAST_NUM_STAGES["wy_fast"],
+        num_warps=fast_num_warps("wy_fast", dim_k), num_stages=FAST_NUM_STAGES["wy_fast"],
     )  # fmt: skip
 
     states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
@@ -303,7 +321,7 @@ def chunk_gated_delta_rule_fwd_registers(
         final_state if final_state is not None else w, seq_len, num_chunks, heads,
         K=dim_k, V=dim_v, C=CHUNK_SIZE, BKS=rows, NK=split, BV=scan_block_v,
         HAS_H0=h0 is not None, STORE_HT=final_state is not None, PREC=prec,
-        num_warps=FAST_NUM_WARPS["scan_fast"], num_stages=FAST_NUM_STAGES["scan_fast"],
+        num_warps=fast_num_warps("scan_fast", dim_k), num_stages=FAST_NUM_STAGES["scan_fast"],
     )  # fmt: skip
 
     o = torch.empty_like(v)
@@ -313,7 +331,7 @@ def chunk_gated_delta_rule_fwd_registers(
         K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v,
         BK=block["output_fast"][0], BV=block["output_fast"][1],
         PREC=prec,
-        num_warps=FAST_NUM_WARPS["output_fast"], num_stages=FAST_NUM_STAGES["output_fast"],
+        num_warps=fast_num_warps("output_fast", dim_k), num_stages=FAST_NUM_STAGES["output_fast"],
     )  # fmt: skip
     return o, final_state, (g_cum, a_inv, w, states, v_new, scores)
 

@@ -59,9 +59,10 @@ spill-free:
 * the output's V tiles are 32 wide (64: 80-92 bytes of spills at K = 128);
 * the scan loads the keys just before their dot (the prototype's finding).
 
-The per-chunk kernels still use most of the register file (``_wy_fast_kernel`` 230-255 per
-thread at 8 warps, one CTA per SM), so ptxas's choices can move with small changes: rerun
-the resources script after any edit.
+The per-chunk kernels still use most of the register file (``_wy_fast_kernel`` 204-255 per
+thread; at 8 warps, for K > 64, one CTA per SM), so ptxas's choices can move with small
+changes: rerun the resources script after any edit. The warp counts come from the same
+figures (chunk.py's ``fast_num_warps``).
 
 Head sizes: K and V are padded to powers of two (>= 16) inside the kernels with masked
 loads and stores, so any K <= 256 and any V run (the CPU tests cover K, V in {16, 20, 24,
