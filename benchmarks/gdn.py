@@ -14,6 +14,9 @@ optimistic bound: our fp32 dots run as TF32 (half the bf16 rate) and the triangu
 is scalar work.
 
     python3 benchmarks/gdn.py --out benchmarks/results/gdn-h200.json
+
+``--forward registers`` times the opt-in register-resident forward (kernels/gdn/
+chunk_fwd_fast.py) instead of the shipped one; the report's ``gdn_forward`` says which ran.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ except ImportError:  # run from a checkout without installing it: python3 benchm
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from kernelgate.kernels import _precision
+from kernelgate.kernels.gdn import chunk as gdn_chunk
 from kernelgate.kernels.gdn import chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
 HBM_BYTES_PER_S = 4.8e12
@@ -134,6 +138,7 @@ def environment(device_name: str, fla_version: str | None) -> dict[str, object]:
         "fla_expected": FLA_VERSION,
         "sixteen_bit_compute": _precision.SIXTEEN_BIT_COMPUTE,
         "fp32_dots": _precision.FP32_DOTS,
+        "gdn_forward": gdn_chunk.FORWARD,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
@@ -183,6 +188,19 @@ def apply_sixteen_bit(args: argparse.Namespace) -> None:
     _precision.FP32_DOTS = args.fp32_dots
 
 
+def forward_option(parser: argparse.ArgumentParser) -> None:
+    """``--forward``: which Gated DeltaNet forward runs (gdn/chunk.py's FORWARD): the shipped
+    "staged" kernels, or the opt-in "registers" ones (kernels/gdn/chunk_fwd_fast.py, three
+    launches, register operands, tf32x3 dots whatever ``--fp32-dots`` says). The backward
+    is the same either way. ``environment`` records it as ``gdn_forward``."""
+    parser.add_argument(
+        "--forward",
+        choices=gdn_chunk.FORWARD_CHOICES,
+        default=gdn_chunk.FORWARD,
+        help="gdn.chunk.FORWARD, the Gated DeltaNet forward (default: %(default)s)",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/gdn-h200.json")
@@ -205,8 +223,10 @@ def main() -> None:
         "says where it was",
     )
     sixteen_bit_option(parser)
+    forward_option(parser)
     args = parser.parse_args()
     apply_sixteen_bit(args)
+    gdn_chunk.FORWARD = args.forward
     if args.watchdog > 0:
         faulthandler.dump_traceback_later(args.watchdog, repeat=True)
     if args.profile:

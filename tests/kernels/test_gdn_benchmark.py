@@ -63,4 +63,15 @@ def test_print_row_and_environment(bench, capsys):
     assert {"device", "torch", "triton", "cuda", "fla", "date"} <= env.keys()
     assert env["device"] == "NVIDIA H200" and env["fla_expected"] == "0.6.0"
     assert env["sixteen_bit_compute"] == "fp32"  # bf16 timings are of the fp32 copies
+    assert env["gdn_forward"] == "staged"  # the shipped forward unless --forward says
     json.dumps(env)
+
+
+def test_forward_option(bench):
+    """--forward picks gdn.chunk.FORWARD (default: the shipped staged forward)."""
+    parser = bench.argparse.ArgumentParser()
+    bench.forward_option(parser)
+    assert parser.parse_args([]).forward == "staged"
+    assert parser.parse_args(["--forward", "registers"]).forward == "registers"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--forward", "fast"])

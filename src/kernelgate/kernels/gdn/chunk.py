@@ -33,6 +33,11 @@ from kernelgate.kernels.gdn.chunk_fwd import (
     _wy_apply_fwd_kernel,
     _wy_fwd_kernel,
 )
+from kernelgate.kernels.gdn.chunk_fwd_fast import (
+    _output_fast_kernel,
+    _scan_fast_kernel,
+    _wy_fast_kernel,
+)
 
 CHUNK_SIZE = 64
 SUB_BLOCK = 16  # the WY inverse works on block rows of 16 steps of the 64 x 64 chunk matrix
@@ -61,6 +66,28 @@ MAX_SCAN_TILE = 4096
 # Reduction length of one tl.dot over K or over chunk steps (see chunk_fwd.py: fp32 dots
 # reading both operands from memory compile without spills at these sizes).
 REDUCE_BLOCK = 32
+
+
+# Which forward runs: "staged" (chunk_fwd.py: the verified kernels, every dot operand staged
+# through global memory, IEEE fp32 dots) or "registers" (chunk_fwd_fast.py: three kernels with
+# register operands and tf32x3 dots, opt-in until timed and verified on the device). A module
+# attribute read at every call, like kernels/_precision.FP32_DOTS, so benchmarks/gdn.py
+# --forward can switch it; both return the same intermediates, so the backward is the same.
+FORWARD = "staged"
+FORWARD_CHOICES = ("staged", "registers")
+# Launch configurations of the "registers" forward (offline sm_90 figures:
+# benchmarks/results/gdn-fwd-fast-resources-cpu.json). The scan's V tile, state split and
+# pipelining are the register prototype's spill-free choice at K = 128 (BV = 16, NK = 2, 4
+# warps, 2 stages: benchmarks/gdn_scan_registers.py); FAST_SCAN_ROWS is the largest row tile
+# of the state (NK = K / FAST_SCAN_ROWS, at most 4).
+# None: by ``fast_num_warps``'s rule (from the same figures).
+FAST_NUM_WARPS: dict[str, int | None] = {"wy_fast": None, "scan_fast": None, "output_fast": 8}
+FAST_NUM_STAGES = {"wy_fast": 2, "scan_fast": 2, "output_fast": 2}
+FAST_SCAN_BLOCK_V = 16
+FAST_SCAN_ROWS = 64
+# Column tiles (of K and V) of the per-chunk kernels: "wy_kk" the reduction tile of K K^T,
+# "wy_fast" W's and U's column tiles, "output_fast" the K and V tiles of the output.
+FAST_BLOCK = {"wy_kk": 64, "wy_fast": 64, "output_fast": 32}
 
 
 # How 16-bit (bf16, fp16) inputs are computed is one setting for the whole family:
@@ -95,7 +122,14 @@ def _check_inputs(q, k, v, g, beta, initial_state) -> None:
 
 
 def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
-    """Launch the three forward kernels; returns o, the final state and what backward needs."""
+    """Launch the forward kernels (``FORWARD`` picks which); returns o, the final state and
+    what backward needs."""
+    if FORWARD not in FORWARD_CHOICES:
+        raise ValueError(f"FORWARD must be one of {FORWARD_CHOICES}, not {FORWARD!r}")
+    if FORWARD == "registers":
+        return chunk_gated_delta_rule_fwd_registers(
+            q, k, v, g, beta, scale, initial_state, output_final_state
+        )
     batch, seq_len, heads, dim_k = q.shape
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
@@ -213,6 +247,92 @@ def chunk_gated_delta_rule_fwd(q, k, v, g, beta, scale, initial_state, output_fi
         PREC=prec,
         num_warps=NUM_WARPS["output_fwd"],
     )
+    return o, final_state, (g_cum, a_inv, w, states, v_new, scores)
+
+
+def fast_scan_split(dim_k: int) -> tuple[int, int]:
+    """(BKS, NK) of the register scan: the state's K rows (padded to a power of two >= 16)
+    as NK row tiles of BKS rows, BKS at most FAST_SCAN_ROWS and NK at most 4."""
+    padded = tile_width(dim_k, MAX_HEAD_DIM_K)
+    rows = max(min(FAST_SCAN_ROWS, padded), padded // 4)
+    return rows, padded // rows
+
+
+def fast_num_warps(name: str, dim_k: int) -> int:
+    """num_warps of a "registers" forward kernel: ``FAST_NUM_WARPS[name]`` unless None, else
+    the rule the offline sm_90 figures gave (benchmarks/gdn_fwd_fast_resources.py --configs,
+    Triton 3.9 and 3.6). ``_wy_fast_kernel``: 4 warps up to K = 64 (204-254 registers, no
+    spills, where 8 warps spilled 8 bytes at K = V = 31), 8 above (4 warps spilled 4-20
+    bytes at K = 128 and 256). ``_scan_fast_kernel``: 4 warps when K is a power of two (no
+    masked state rows: 166-235 registers), 8 otherwise (4 warps spilled 4 bytes at K = 31
+    with Triton 3.6; 8 warps: 178-244 registers and no spills at every size measured)."""
+    warps = FAST_NUM_WARPS[name]
+    if warps is not None:
+        return warps
+    padded_k = tile_width(dim_k, MAX_HEAD_DIM_K)
+    if name == "wy_fast":
+        return 4 if padded_k <= 64 else 8
+    return 4 if padded_k == dim_k else 8
+
+
+def fast_precision(dtype: torch.dtype) -> str:
+    """The dot precision of the "registers" forward: tf32x3 for fp32 inputs (IEEE with
+    register operands spills on sm_90, chunk_fwd.py); TF32 for 16-bit inputs, whose values
+    TF32 holds exactly (reached only with _precision.SIXTEEN_BIT_COMPUTE = "tf32")."""
+    return "tf32x3" if dtype == torch.float32 else "tf32"
+
+
+def chunk_gated_delta_rule_fwd_registers(
+    q, k, v, g, beta, scale, initial_state, output_final_state
+):
+    """The "registers" forward (chunk_fwd_fast.py): three launches instead of five, the same
+    return value and saved intermediates as the staged forward."""
+    batch, seq_len, heads, dim_k = q.shape
+    dim_v = v.shape[-1]
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    prec = fast_precision(q.dtype)
+    padded_k = tile_width(dim_k, MAX_HEAD_DIM_K)
+    padded_v = triton.next_power_of_2(max(dim_v, 16))
+    block = {
+        name: (min(padded_k, width), min(padded_v, width)) for name, width in FAST_BLOCK.items()
+    }
+    f32 = dict(device=q.device, dtype=torch.float32)
+
+    g_cum = torch.empty(batch, seq_len, heads, device=q.device, dtype=torch.float64)
+    a_inv = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    w = torch.empty(batch, seq_len, heads, dim_k, **f32)
+    u = torch.empty(batch, seq_len, heads, dim_v, **f32)
+    grid = (num_chunks, batch * heads)
+    _wy_fast_kernel[grid](
+        k, v, g, beta, g_cum, a_inv, w, u, seq_len, heads,
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, S=SUB_BLOCK, KP=padded_k, VP=padded_v,
+        RK=block["wy_kk"][0], BK=block["wy_fast"][0], BV=block["wy_fast"][1], PREC=prec,
+        num_warps=fast_num_warps("wy_fast", dim_k), num_stages=FAST_NUM_STAGES["wy_fast"],
+    )  # fmt: skip
+
+    states = torch.empty(batch, num_chunks, heads, dim_k, dim_v, **f32)
+    v_new = torch.empty(batch, seq_len, heads, dim_v, **f32)
+    final_state = state_buffer(output_final_state, (batch, heads, dim_k, dim_v), q.device)
+    h0 = fp32_state(initial_state)
+    rows, split = fast_scan_split(dim_k)
+    scan_block_v = min(FAST_SCAN_BLOCK_V, padded_v)
+    _scan_fast_kernel[(triton.cdiv(dim_v, scan_block_v), batch * heads)](
+        k, w, u, g_cum, h0 if h0 is not None else w, states, v_new,
+        final_state if final_state is not None else w, seq_len, num_chunks, heads,
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, BKS=rows, NK=split, BV=scan_block_v,
+        HAS_H0=h0 is not None, STORE_HT=final_state is not None, PREC=prec,
+        num_warps=fast_num_warps("scan_fast", dim_k), num_stages=FAST_NUM_STAGES["scan_fast"],
+    )  # fmt: skip
+
+    o = torch.empty_like(v)
+    scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
+    _output_fast_kernel[grid](
+        q, k, v_new, g_cum, states, o, scores, seq_len, num_chunks, heads, scale,
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v,
+        BK=block["output_fast"][0], BV=block["output_fast"][1],
+        PREC=prec,
+        num_warps=fast_num_warps("output_fast", dim_k), num_stages=FAST_NUM_STAGES["output_fast"],
+    )  # fmt: skip
     return o, final_state, (g_cum, a_inv, w, states, v_new, scores)
 
 
@@ -460,6 +580,10 @@ def chunk_gated_delta_rule(
         (o, final_state): o [B, T, H, V] in v's dtype; final_state [B, H, K, V] fp32, or None
         when ``output_final_state`` is False. Differentiable in q, k, v, g, beta and
         initial_state; deterministic (no atomics, fixed launch configurations).
+
+    The forward is the verified staged one unless the module setting ``FORWARD`` is
+    "registers" (chunk_fwd_fast.py: register operands and tf32x3 dots, opt-in, not yet timed
+    or verified on a device); the backward is the same for both.
     """
     _check_inputs(q, k, v, g, beta, initial_state)
     return apply_recurrence(
