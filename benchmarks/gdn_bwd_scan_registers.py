@@ -167,6 +167,73 @@ def _fused_rows(
     return tl.sum(tl.sum(b_h * dh, axis=1), axis=0)
 
 
+@triton.jit
+def _gate_half(gcum_ptr, i_b, i_h, i_n, T, H, o_r, g_last, C: tl.constexpr):
+    """The fp64 cumulative gates of the chunk rows o_r (one half) and their mask; padded
+    rows get G_L, as _load_gate_cumsum gives them."""
+    t_idx = i_n * C + o_r
+    m_r = t_idx < T
+    g_cum = tl.load(gcum_ptr + (i_b * T + t_idx) * H + i_h, mask=m_r, other=0.0)
+    return tl.where(m_r, g_cum, g_last), m_r
+
+
+@triton.jit
+def _pt_times(scores_base, o_j, o_i, m_i, b_do, H, C: tl.constexpr, DOT: tl.constexpr):
+    """P^T[rows o_j, rows o_i] dO[rows o_i]: one [C / 2, C / 2] block of the decayed scores,
+    P[i, j] loaded through transposed addresses."""
+    b_pt = tl.load(
+        scores_base + o_i[None, :] * (H * C) + o_j[:, None], mask=m_i[None, :], other=0.0
+    )
+    return _dot(b_pt, b_do, DOT)
+
+
+@triton.jit
+def _k_dh_half(
+    k_base, dh_a, dh_b, dh_c, dh_d, o_r, o_ka, o_kb, o_kc, o_kd, m_r, H,
+    K: tl.constexpr, NK: tl.constexpr, DOT: tl.constexpr,
+):  # fmt: skip
+    """K[rows o_r] dH_next for one half of the chunk: a sum over the NK state row tiles."""
+    acc = _rows_times(k_base, dh_a, o_r, o_ka, m_r, H, K, DOT)
+    if NK >= 2:
+        acc += _rows_times(k_base, dh_b, o_r, o_kb, m_r, H, K, DOT)
+    if NK == 4:
+        acc += _rows_times(k_base, dh_c, o_r, o_kc, m_r, H, K, DOT)
+        acc += _rows_times(k_base, dh_d, o_r, o_kd, m_r, H, K, DOT)
+    return acc
+
+
+@triton.jit
+def _update_halves(
+    q_base, w_base, dh, decay, dog_0, dog_1, dvn_0, dvn_1, o_r0, o_r1, o_k, m_0, m_1, H,
+    K: tl.constexpr, DOT: tl.constexpr,
+):  # fmt: skip
+    """exp(G_L) dH + Q^T (scale diag(gamma) dO) - W^T dVn for the state rows o_k, each
+    product reduced over the chunk's two halves (operands [K / NK, C / 2] and [C / 2, BV])."""
+    acc = _rows_t_times(q_base, dog_0, o_r0, o_k, m_0, H, K, DOT)
+    acc += _rows_t_times(q_base, dog_1, o_r1, o_k, m_1, H, K, DOT)
+    acc -= _rows_t_times(w_base, dvn_0, o_r0, o_k, m_0, H, K, DOT)
+    acc -= _rows_t_times(w_base, dvn_1, o_r1, o_k, m_1, H, K, DOT)
+    return dh * decay + acc
+
+
+@triton.jit
+def _fused_halves(
+    h_base, vn_base, dq_base, dw_base, dk_base, dh, do_0, do_1, dvn_0, dvn_1, gs_0, gs_1,
+    kd_0, kd_1, o_r0, o_r1, o_k, o_v, m_0, m_1, H,
+    K: tl.constexpr, V: tl.constexpr, DOT: tl.constexpr,
+):  # fmt: skip
+    """_fused_rows for both halves of the chunk (state rows o_k); the G_L term once."""
+    hdh = _fused_rows(
+        h_base, vn_base, dq_base, dw_base, dk_base, dh, do_0, dvn_0, gs_0, kd_0, o_r0, o_k,
+        o_v, m_0, H, K, V, DOT,
+    )  # fmt: skip
+    _fused_rows(
+        h_base, vn_base, dq_base, dw_base, dk_base, dh, do_1, dvn_1, gs_1, kd_1, o_r1, o_k,
+        o_v, m_1, H, K, V, DOT,
+    )  # fmt: skip
+    return hdh
+
+
 # T, NT, H runtime values (as in the shipped scan); K, V powers of two (a prototype: no masks
 # on K or V beyond the V tile).
 @triton.jit(do_not_specialize=["T", "NT", "H"])
@@ -199,12 +266,17 @@ def _bwd_scan_registers_kernel(
     HAS_DHT: tl.constexpr,
     STORE_DH0: tl.constexpr,
     FUSE: tl.constexpr,
+    HALVES: tl.constexpr,
     DOT: tl.constexpr,
 ):
     """The reverse state-gradient scan of one (batch, head, V tile) with dH in registers: NK
     (1, 2 or 4) row tiles dh_a .. dh_d of K / NK rows (those past NK unused), carried through
     the reverse chunk loop. dO is loaded once per chunk and serves both P^T dO and the
-    scaled dO of the update; nothing this program stores is re-read (no CTA barriers)."""
+    scaled dO of the update; nothing this program stores is re-read (no CTA barriers).
+    HALVES = 1 works on the chunk's two halves of C / 2 rows: dO, dVn and the scaled dO are
+    pairs of [C / 2, BV] tiles, every dot reduces over C / 2 (or K / NK) columns, and P^T dO
+    skips the block of P^T that causality makes zero (3 of the 4 [C / 2, C / 2] blocks).
+    HALVES = 0's code is the one first compiled (rows without "halves" in the JSON)."""
     BKS: tl.constexpr = K // NK
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -235,80 +307,177 @@ def _bwd_scan_registers_kernel(
         state_base = ((i_b * NT + i_n) * H + i_h) * K * V
         dh_base = dh_ptr + state_base
         k_base = k_ptr + chunk_row * K
-        tl.store(dh_base + o_ka[:, None] * V + o_v[None, :], dh_a)
-        kdh = _rows_times(k_base, dh_a, o_c, o_ka, m_t, H, K, DOT)
-        if NK >= 2:
-            tl.store(dh_base + o_kb[:, None] * V + o_v[None, :], dh_b)
-            kdh += _rows_times(k_base, dh_b, o_c, o_kb, m_t, H, K, DOT)
-        if NK == 4:
-            tl.store(dh_base + o_kc[:, None] * V + o_v[None, :], dh_c)
-            tl.store(dh_base + o_kd[:, None] * V + o_v[None, :], dh_d)
-            kdh += _rows_times(k_base, dh_c, o_c, o_kc, m_t, H, K, DOT)
-            kdh += _rows_times(k_base, dh_d, o_c, o_kd, m_t, H, K, DOT)
-        off_v = o_c[:, None] * (H * V) + o_v[None, :]
-        b_do = tl.load(do_ptr + chunk_row * V + off_v, mask=m_t[:, None], other=0.0).to(tl.float32)
-        b_pt = tl.load(
-            scores_ptr + chunk_row * C + o_c[None, :] * (H * C) + o_c[:, None],
-            mask=m_t[None, :],
-            other=0.0,
-        )
-        g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C)
-        k_decay = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0)
-        b_dvn = kdh * k_decay[:, None] + _dot(b_pt, b_do, DOT) * scale
-        tl.store(dvn_ptr + chunk_row * V + off_v, b_dvn, mask=m_t[:, None])
-        gamma_scale = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0) * scale
-        if FUSE:
-            h_base = h_ptr + state_base
-            vn_base = vn_ptr + chunk_row * V
-            dq_base = dq_part_ptr + slab + chunk_row * K
-            dw_base = dw_part_ptr + slab + chunk_row * K
-            dk_base = dk_part_ptr + slab + chunk_row * K
-            hdh = _fused_rows(
-                h_base, vn_base, dq_base, dw_base, dk_base, dh_a, b_do, b_dvn, gamma_scale,
-                k_decay, o_c, o_ka, o_v, m_t, H, K, V, DOT,
+        if HALVES:
+            tl.store(dh_base + o_ka[:, None] * V + o_v[None, :], dh_a)
+            if NK >= 2:
+                tl.store(dh_base + o_kb[:, None] * V + o_v[None, :], dh_b)
+            if NK == 4:
+                tl.store(dh_base + o_kc[:, None] * V + o_v[None, :], dh_c)
+                tl.store(dh_base + o_kd[:, None] * V + o_v[None, :], dh_d)
+            R: tl.constexpr = C // 2
+            o_r0 = tl.arange(0, R)
+            o_r1 = R + o_r0
+            last = tl.minimum(i_n * C + C, T) - 1
+            g_last = tl.load(gcum_ptr + (i_b * T + last) * H + i_h)
+            g_0, m_0 = _gate_half(gcum_ptr, i_b, i_h, i_n, T, H, o_r0, g_last, C)
+            g_1, m_1 = _gate_half(gcum_ptr, i_b, i_h, i_n, T, H, o_r1, g_last, C)
+            kd_0 = tl.where(m_0, tl.exp((g_last - g_0).to(tl.float32)), 0.0)
+            kd_1 = tl.where(m_1, tl.exp((g_last - g_1).to(tl.float32)), 0.0)
+            do_base = do_ptr + chunk_row * V
+            do_0 = tl.load(
+                do_base + o_r0[:, None] * (H * V) + o_v[None, :], mask=m_0[:, None], other=0.0
+            ).to(tl.float32)
+            do_1 = tl.load(
+                do_base + o_r1[:, None] * (H * V) + o_v[None, :], mask=m_1[:, None], other=0.0
+            ).to(tl.float32)
+            s_base = scores_ptr + chunk_row * C
+            dvn_base = dvn_ptr + chunk_row * V
+            # dVn rows of the first half: P^T's blocks (0, 0) and (0, 1); the second half
+            # only (1, 1): P^T[j, i] = P[i, j] is zero for i < j
+            pdo = _pt_times(s_base, o_r0, o_r0, m_0, do_0, H, C, DOT)
+            pdo += _pt_times(s_base, o_r0, o_r1, m_1, do_1, H, C, DOT)
+            kdh = _k_dh_half(
+                k_base, dh_a, dh_b, dh_c, dh_d, o_r0, o_ka, o_kb, o_kc, o_kd, m_0, H, K, NK, DOT
+            )
+            dvn_0 = kdh * kd_0[:, None] + pdo * scale
+            tl.store(dvn_base + o_r0[:, None] * (H * V) + o_v[None, :], dvn_0, mask=m_0[:, None])
+            pdo = _pt_times(s_base, o_r1, o_r1, m_1, do_1, H, C, DOT)
+            kdh = _k_dh_half(
+                k_base, dh_a, dh_b, dh_c, dh_d, o_r1, o_ka, o_kb, o_kc, o_kd, m_1, H, K, NK, DOT
+            )
+            dvn_1 = kdh * kd_1[:, None] + pdo * scale
+            tl.store(dvn_base + o_r1[:, None] * (H * V) + o_v[None, :], dvn_1, mask=m_1[:, None])
+            gs_0 = tl.where(m_0, tl.exp(g_0.to(tl.float32)), 0.0) * scale
+            gs_1 = tl.where(m_1, tl.exp(g_1.to(tl.float32)), 0.0) * scale
+            if FUSE:
+                h_base = h_ptr + state_base
+                vn_base = vn_ptr + chunk_row * V
+                dq_base = dq_part_ptr + slab + chunk_row * K
+                dw_base = dw_part_ptr + slab + chunk_row * K
+                dk_base = dk_part_ptr + slab + chunk_row * K
+                hdh = _fused_halves(
+                    h_base, vn_base, dq_base, dw_base, dk_base, dh_a, do_0, do_1, dvn_0, dvn_1,
+                    gs_0, gs_1, kd_0, kd_1, o_r0, o_r1, o_ka, o_v, m_0, m_1, H, K, V, DOT,
+                )  # fmt: skip
+                if NK >= 2:
+                    hdh += _fused_halves(
+                        h_base, vn_base, dq_base, dw_base, dk_base, dh_b, do_0, do_1, dvn_0,
+                        dvn_1, gs_0, gs_1, kd_0, kd_1, o_r0, o_r1, o_kb, o_v, m_0, m_1, H, K, V,
+                        DOT,
+                    )  # fmt: skip
+                if NK == 4:
+                    hdh += _fused_halves(
+                        h_base, vn_base, dq_base, dw_base, dk_base, dh_c, do_0, do_1, dvn_0,
+                        dvn_1, gs_0, gs_1, kd_0, kd_1, o_r0, o_r1, o_kc, o_v, m_0, m_1, H, K, V,
+                        DOT,
+                    )  # fmt: skip
+                    hdh += _fused_halves(
+                        h_base, vn_base, dq_base, dw_base, dk_base, dh_d, do_0, do_1, dvn_0,
+                        dvn_1, gs_0, gs_1, kd_0, kd_1, o_r0, o_r1, o_kd, o_v, m_0, m_1, H, K, V,
+                        DOT,
+                    )  # fmt: skip
+                hdh_row = (i_v * tl.num_programs(1) + i_bh) * NT + i_n  # [NVT, B * H, NT]
+                tl.store(hdh_part_ptr + hdh_row, hdh)
+            dog_0 = do_0 * gs_0[:, None]
+            dog_1 = do_1 * gs_1[:, None]
+            decay = tl.exp(g_last.to(tl.float32))
+            q_base = q_ptr + chunk_row * K
+            w_base = w_ptr + chunk_row * K
+            dh_a = _update_halves(
+                q_base, w_base, dh_a, decay, dog_0, dog_1, dvn_0, dvn_1, o_r0, o_r1, o_ka, m_0,
+                m_1, H, K, DOT,
             )  # fmt: skip
             if NK >= 2:
-                hdh += _fused_rows(
-                    h_base, vn_base, dq_base, dw_base, dk_base, dh_b, b_do, b_dvn, gamma_scale,
-                    k_decay, o_c, o_kb, o_v, m_t, H, K, V, DOT,
+                dh_b = _update_halves(
+                    q_base, w_base, dh_b, decay, dog_0, dog_1, dvn_0, dvn_1, o_r0, o_r1, o_kb,
+                    m_0, m_1, H, K, DOT,
                 )  # fmt: skip
             if NK == 4:
-                hdh += _fused_rows(
-                    h_base, vn_base, dq_base, dw_base, dk_base, dh_c, b_do, b_dvn, gamma_scale,
-                    k_decay, o_c, o_kc, o_v, m_t, H, K, V, DOT,
+                dh_c = _update_halves(
+                    q_base, w_base, dh_c, decay, dog_0, dog_1, dvn_0, dvn_1, o_r0, o_r1, o_kc,
+                    m_0, m_1, H, K, DOT,
                 )  # fmt: skip
-                hdh += _fused_rows(
-                    h_base, vn_base, dq_base, dw_base, dk_base, dh_d, b_do, b_dvn, gamma_scale,
-                    k_decay, o_c, o_kd, o_v, m_t, H, K, V, DOT,
+                dh_d = _update_halves(
+                    q_base, w_base, dh_d, decay, dog_0, dog_1, dvn_0, dvn_1, o_r0, o_r1, o_kd,
+                    m_0, m_1, H, K, DOT,
                 )  # fmt: skip
-            hdh_row = (i_v * tl.num_programs(1) + i_bh) * NT + i_n  # [NVT, B * H, NT]
-            tl.store(hdh_part_ptr + hdh_row, hdh)
-        b_dog = b_do * gamma_scale[:, None]
-        decay = tl.exp(g_last.to(tl.float32))
-        q_base = q_ptr + chunk_row * K
-        w_base = w_ptr + chunk_row * K
-        dh_a = (
-            dh_a * decay
-            + _rows_t_times(q_base, b_dog, o_c, o_ka, m_t, H, K, DOT)
-            - _rows_t_times(w_base, b_dvn, o_c, o_ka, m_t, H, K, DOT)
-        )
-        if NK >= 2:
-            dh_b = (
-                dh_b * decay
-                + _rows_t_times(q_base, b_dog, o_c, o_kb, m_t, H, K, DOT)
-                - _rows_t_times(w_base, b_dvn, o_c, o_kb, m_t, H, K, DOT)
+        else:
+            tl.store(dh_base + o_ka[:, None] * V + o_v[None, :], dh_a)
+            kdh = _rows_times(k_base, dh_a, o_c, o_ka, m_t, H, K, DOT)
+            if NK >= 2:
+                tl.store(dh_base + o_kb[:, None] * V + o_v[None, :], dh_b)
+                kdh += _rows_times(k_base, dh_b, o_c, o_kb, m_t, H, K, DOT)
+            if NK == 4:
+                tl.store(dh_base + o_kc[:, None] * V + o_v[None, :], dh_c)
+                tl.store(dh_base + o_kd[:, None] * V + o_v[None, :], dh_d)
+                kdh += _rows_times(k_base, dh_c, o_c, o_kc, m_t, H, K, DOT)
+                kdh += _rows_times(k_base, dh_d, o_c, o_kd, m_t, H, K, DOT)
+            off_v = o_c[:, None] * (H * V) + o_v[None, :]
+            b_do = tl.load(do_ptr + chunk_row * V + off_v, mask=m_t[:, None], other=0.0).to(
+                tl.float32
             )
-        if NK == 4:
-            dh_c = (
-                dh_c * decay
-                + _rows_t_times(q_base, b_dog, o_c, o_kc, m_t, H, K, DOT)
-                - _rows_t_times(w_base, b_dvn, o_c, o_kc, m_t, H, K, DOT)
+            b_pt = tl.load(
+                scores_ptr + chunk_row * C + o_c[None, :] * (H * C) + o_c[:, None],
+                mask=m_t[None, :],
+                other=0.0,
             )
-            dh_d = (
-                dh_d * decay
-                + _rows_t_times(q_base, b_dog, o_c, o_kd, m_t, H, K, DOT)
-                - _rows_t_times(w_base, b_dvn, o_c, o_kd, m_t, H, K, DOT)
+            g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C)
+            k_decay = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0)
+            b_dvn = kdh * k_decay[:, None] + _dot(b_pt, b_do, DOT) * scale
+            tl.store(dvn_ptr + chunk_row * V + off_v, b_dvn, mask=m_t[:, None])
+            gamma_scale = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0) * scale
+            if FUSE:
+                h_base = h_ptr + state_base
+                vn_base = vn_ptr + chunk_row * V
+                dq_base = dq_part_ptr + slab + chunk_row * K
+                dw_base = dw_part_ptr + slab + chunk_row * K
+                dk_base = dk_part_ptr + slab + chunk_row * K
+                hdh = _fused_rows(
+                    h_base, vn_base, dq_base, dw_base, dk_base, dh_a, b_do, b_dvn, gamma_scale,
+                    k_decay, o_c, o_ka, o_v, m_t, H, K, V, DOT,
+                )  # fmt: skip
+                if NK >= 2:
+                    hdh += _fused_rows(
+                        h_base, vn_base, dq_base, dw_base, dk_base, dh_b, b_do, b_dvn, gamma_scale,
+                        k_decay, o_c, o_kb, o_v, m_t, H, K, V, DOT,
+                    )  # fmt: skip
+                if NK == 4:
+                    hdh += _fused_rows(
+                        h_base, vn_base, dq_base, dw_base, dk_base, dh_c, b_do, b_dvn, gamma_scale,
+                        k_decay, o_c, o_kc, o_v, m_t, H, K, V, DOT,
+                    )  # fmt: skip
+                    hdh += _fused_rows(
+                        h_base, vn_base, dq_base, dw_base, dk_base, dh_d, b_do, b_dvn, gamma_scale,
+                        k_decay, o_c, o_kd, o_v, m_t, H, K, V, DOT,
+                    )  # fmt: skip
+                hdh_row = (i_v * tl.num_programs(1) + i_bh) * NT + i_n  # [NVT, B * H, NT]
+                tl.store(hdh_part_ptr + hdh_row, hdh)
+            b_dog = b_do * gamma_scale[:, None]
+            decay = tl.exp(g_last.to(tl.float32))
+            q_base = q_ptr + chunk_row * K
+            w_base = w_ptr + chunk_row * K
+            dh_a = (
+                dh_a * decay
+                + _rows_t_times(q_base, b_dog, o_c, o_ka, m_t, H, K, DOT)
+                - _rows_t_times(w_base, b_dvn, o_c, o_ka, m_t, H, K, DOT)
             )
+            if NK >= 2:
+                dh_b = (
+                    dh_b * decay
+                    + _rows_t_times(q_base, b_dog, o_c, o_kb, m_t, H, K, DOT)
+                    - _rows_t_times(w_base, b_dvn, o_c, o_kb, m_t, H, K, DOT)
+                )
+            if NK == 4:
+                dh_c = (
+                    dh_c * decay
+                    + _rows_t_times(q_base, b_dog, o_c, o_kc, m_t, H, K, DOT)
+                    - _rows_t_times(w_base, b_dvn, o_c, o_kc, m_t, H, K, DOT)
+                )
+                dh_d = (
+                    dh_d * decay
+                    + _rows_t_times(q_base, b_dog, o_c, o_kd, m_t, H, K, DOT)
+                    - _rows_t_times(w_base, b_dvn, o_c, o_kd, m_t, H, K, DOT)
+                )
     if STORE_DH0:
         tl.store(dh0_ptr + state_off + o_ka[:, None] * V + o_v[None, :], dh_a)
         if NK >= 2:
@@ -409,10 +578,12 @@ def register_scan(
     warps: int,
     stages: int | None = None,
     fuse: int = 0,
+    halves: int = 0,
 ) -> tuple[torch.Tensor, ...]:
     """(dH_next per chunk, dVn, d initial state), and with ``fuse`` the V-tile partials
     (dq_state, dW, dk_state [NVT, B, T, H, K], sum(H * dH_next) [NVT, B * H, NT]), from the
-    register-resident prototype; ``stages`` None is Triton's default pipelining."""
+    register-resident prototype (``halves``: the HALVES form); ``stages`` None is Triton's
+    default pipelining."""
     q, do = inp["q"], inp["do"]
     batch, seq_len, heads, dim_k = q.shape
     dim_v = do.shape[-1]
@@ -434,7 +605,7 @@ def register_scan(
         q, inp["k"], inp["w"], inp["g_cum"], inp["scores"], do, inp["dht"], inp["states"],
         inp["v_new"], d_states, d_v_new, dh0, *parts, seq_len, num_chunks, heads,
         inp["scale"], K=dim_k, V=dim_v, C=CHUNK, BV=block_v, NK=split_k, HAS_DHT=True,
-        STORE_DH0=True, FUSE=fuse, DOT=dot, num_warps=warps,
+        STORE_DH0=True, FUSE=fuse, HALVES=halves, DOT=dot, num_warps=warps,
         **({} if stages is None else {"num_stages": stages}),
     )  # fmt: skip
     return (d_states, d_v_new, dh0, *parts) if fuse else (d_states, d_v_new, dh0)
@@ -486,12 +657,14 @@ def fused_totals(got: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
 
 
 def variants(dims: tuple[int, ...] = (128,)) -> list[dict[str, Any]]:
-    """The (K = V, dot, BV, NK, warps, stages, fuse) the compile mode tries. At K = 128 the
-    forward prototype's grid (every dot, BV, warp count and pipelining depth with the whole
-    dH, NK = 2 for the TF32 dots, NK = 2 and 4 for tf32x3), unfused; fused (FUSE = 1) the
-    likely candidates only: tf32x3, tf32 and bf16 at BV 16 and 32, NK 1 and (TF32) 2,
-    default or 2 stages. At K = 64 a few (4 warps, default stages) as a check that fewer
-    rows compile smaller."""
+    """The (K = V, dot, BV, NK, warps, stages, fuse, halves) the compile mode tries.
+
+    Whole-chunk form (halves = 0), at K = 128: the forward prototype's grid (every dot, BV,
+    warp count and pipelining depth with the whole dH, NK = 2 for the TF32 dots, NK = 2 and
+    4 for tf32x3), unfused; fused (FUSE = 1) the likely candidates only: tf32x3, tf32 and
+    bf16 at BV 16 and 32, NK 1 and (TF32) 2, default or 2 stages. At K = 64 a few (4 warps,
+    default stages) as a check that fewer rows compile smaller. Then the HALVES form
+    (``halves_variants``), a smaller grid around tf32x3 where the whole form spilled."""
     out = []
     for d in dims:
         for fuse in FUSES:
@@ -516,9 +689,38 @@ def variants(dims: tuple[int, ...] = (128,)) -> list[dict[str, Any]]:
                                 )  # fmt: skip
                                 if bv <= d and bv >= 32 * (d < 128) and (full or small):
                                     out.append({"K": d, "V": d, "dot": dot, "BV": bv, "NK": nk,
-                                                "warps": nw, "stages": st,
-                                                "fuse": fuse})  # fmt: skip
-    return out
+                                                "warps": nw, "stages": st, "fuse": fuse,
+                                                "halves": 0})  # fmt: skip
+    return out + halves_variants(dims)
+
+
+def halves_variants(dims: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The HALVES form's grid: at K = 128, tf32x3 at BV 16 and 32 with every NK, warp count
+    and 2 or 1 stages (default pipelining asked for more than 227 KiB of shared memory in the
+    whole form), BV 64 with NK 2 and 4 at 1 stage, BV 16, NK 2, 4 warps at default stages;
+    tf32 and bf16 at BV 32 and 64, NK 1, 4 warps, 2 stages; ieee at BV 16, NK 1 and 2, 4
+    warps, 1 stage; fused tf32x3 at BV 16 and 32, NK 2, 4 warps, 2 or 1 stages. At K = 64
+    tf32x3 at BV 32 and 64, NK 1, 4 warps, default stages."""
+    grid: list[tuple] = []  # (K, dot, BV, NK, warps, stages, fuse)
+    if 128 in dims:
+        for bv in (16, 32):
+            for nk in SPLITS_K:
+                for nw in WARPS:
+                    grid += [(128, "tf32x3", bv, nk, nw, st, 0) for st in (2, 1)]
+        grid += [(128, "tf32x3", 64, nk, nw, 1, 0) for nk in (2, 4) for nw in WARPS]
+        grid += [(128, "tf32x3", 16, 2, 4, None, 0)]
+        grid += [(128, dot, bv, 1, 4, 2, 0) for dot in ("tf32", "bf16") for bv in (32, 64)]
+        grid += [(128, "ieee", 16, nk, 4, 1, 0) for nk in (1, 2)]
+        grid += [(128, "tf32x3", bv, 2, 4, st, 1) for bv in (16, 32) for st in (2, 1)]
+    grid += [(d, "tf32x3", bv, 1, 4, None, 0) for d in dims if d < 128 for bv in (32, 64)]
+    keys = ("K", "dot", "BV", "NK", "warps", "stages", "fuse")
+    return [{**dict(zip(keys, g)), "V": g[0], "halves": 1} for g in grid]
+
+
+def variant_key(row: dict[str, Any]) -> tuple:
+    """A variant's identity in the JSON; rows compiled before the HALVES form existed have
+    no "halves" (they are the whole-chunk form)."""
+    return tuple(row.get(k, 0 if k == "halves" else None) for k in VARIANT_KEYS)
 
 
 def label(v: dict[str, Any]) -> str:
@@ -526,7 +728,7 @@ def label(v: dict[str, Any]) -> str:
     stages = "default" if v.get("stages") is None else v["stages"]
     return (
         f"K={v['K']} V={v['V']} {v['dot']} BV={v['BV']} NK={v['NK']} warps={v['warps']} "
-        f"stages={stages} fuse={v['fuse']}"
+        f"stages={stages} fuse={v['fuse']} halves={v.get('halves', 0)}"
     )
 
 
@@ -548,7 +750,9 @@ def check_one(
     var: dict[str, Any],
 ) -> dict[str, Any]:
     """One variant against the shipped scan (and, fused, the shipped dW) and the fp64 loop."""
-    got = register_scan(inp, var["dot"], var["BV"], var["NK"], 4, fuse=var["fuse"])
+    got = register_scan(
+        inp, var["dot"], var["BV"], var["NK"], 4, fuse=var["fuse"], halves=var.get("halves", 0)
+    )
     row: dict[str, Any] = dict(var)
     row["vs_shipped"] = compare(got[:3], shipped)
     ref_parts = ref if var["fuse"] else ref[:3]
@@ -562,7 +766,8 @@ def check_one(
 
 def check(dims: tuple[int, ...] = (32, 64), seq_len: int = 200) -> list[dict[str, Any]]:
     """Interpreter correctness of every (dot, BV, NK) at K = V in ``dims`` unfused, and of
-    the fused partials for tf32x3 and ieee (warps do not matter to the interpreter). Not
+    the fused partials for tf32x3 and ieee, in both forms (whole chunk and HALVES; warps do
+    not matter to the interpreter). Not
     "bf16": the interpreter (Triton 3.9) returns garbage for a dot of values converted to
     bf16 (the forward prototype's docstring), so that variant is compiled only."""
     rows = []
@@ -571,25 +776,28 @@ def check(dims: tuple[int, ...] = (32, 64), seq_len: int = 200) -> list[dict[str
         shipped = shipped_scan(inp)
         ref = reference_scan(inp)
         dw_shipped = shipped_dw(inp, *shipped[:2])
-        for fuse in FUSES:
+        for halves, fuse in ((0, 0), (0, 1), (1, 0), (1, 1)):
             for dot in (d for d in DOTS if d != "bf16" and (not fuse or d != "tf32")):
                 for bv in (b for b in BLOCKS_V if b <= dim):
                     for nk in (n for n in SPLITS_K if dim // n >= 16):  # a dot needs 16 rows
                         var = {"K": dim, "V": dim, "T": seq_len, "dot": dot, "BV": bv, "NK": nk,
-                               "fuse": fuse}  # fmt: skip
+                               "fuse": fuse, "halves": halves}  # fmt: skip
                         row = check_one(inp, shipped, ref, dw_shipped, var)
                         print(
-                            f"check K=V={dim} {dot:6} BV={bv:<2} NK={nk} fuse={fuse}: "
-                            f"max rel err {row['worst']:.2e}",
+                            f"check K=V={dim} {dot:6} BV={bv:<2} NK={nk} fuse={fuse} "
+                            f"halves={halves}: max rel err {row['worst']:.2e}",
                             flush=True,
                         )
                         rows.append(row)
     return rows
 
 
-def record_variants(dims: tuple[int, ...]) -> list[tuple[dict, dict]]:
-    """(variant, launch record) for every variant: one tiny interpreted launch each (T = 70,
-    two chunks; T, NT and H are not specialized, so the record is the large shape's)."""
+def record_variants(
+    dims: tuple[int, ...], skip: frozenset[tuple] = frozenset()
+) -> list[tuple[dict, dict]]:
+    """(variant, launch record) for every variant whose key is not in ``skip``: one tiny
+    interpreted launch each (T = 70, two chunks; T, NT and H are not specialized, so the
+    record is the large shape's)."""
     from triton.runtime.interpreter import InterpretedFunction
 
     from kernelgate.sandbox.resources import LaunchRecorder
@@ -597,6 +805,8 @@ def record_variants(dims: tuple[int, ...]) -> list[tuple[dict, dict]]:
     out = []
     by_dim: dict[int, dict] = {}
     for var in variants(dims):
+        if variant_key(var) in skip:
+            continue
         if var["K"] not in by_dim:
             by_dim[var["K"]] = bwd_inputs(1, 70, 2, var["K"], var["V"], "cpu")
         recorder = LaunchRecorder()
@@ -605,7 +815,7 @@ def record_variants(dims: tuple[int, ...]) -> list[tuple[dict, dict]]:
         try:
             register_scan(
                 by_dim[var["K"]], var["dot"], var["BV"], var["NK"], var["warps"],
-                var["stages"], var["fuse"],
+                var["stages"], var["fuse"], var["halves"],
             )  # fmt: skip
         finally:
             InterpretedFunction.run = original_run
@@ -617,19 +827,26 @@ def record_variants(dims: tuple[int, ...]) -> list[tuple[dict, dict]]:
 def compile_mode(args: argparse.Namespace, report: dict[str, Any]) -> None:
     """Offline sm_90 resources of every variant with each Triton installation, into
     ``report["compile"]``; in batches, the report rewritten to ``--out`` after each, so a
-    run cut short keeps what it compiled. (The forward prototype's compile_mode is bound to
-    its own variants and file, so this is its twin, not a call to it.)"""
+    run cut short keeps what it compiled. ``--resume``: the rows of the ``--out`` JSON are
+    kept and only variants it lacks are compiled (rows from before the HALVES form get
+    halves = 0: that form's code is unchanged). (The forward prototype's compile_mode is
+    bound to its own variants and file, so this is its twin, not a call to it.)"""
     from _offline_compile import compile_offline, triton_sites
 
-    pairs = record_variants(tuple(args.dims))
-    if args.limit:
-        pairs = pairs[: args.limit]
     rows: list[dict[str, Any]] = []
     timings: dict[str, float] = {}
+    previous = getattr(args, "previous", None)  # main reads it before --check rewrites --out
+    if previous:
+        rows = [{**r, "halves": r.get("halves", 0)} for r in previous.get("rows", [])]
+        timings = previous.get("compile_seconds", {})
+    done = frozenset(variant_key(r) for r in rows)
+    pairs = record_variants(tuple(args.dims), done)
+    if args.limit:
+        pairs = pairs[: args.limit]
     sites = triton_sites(args.triton36)
     report["compile"] = {
         "tritons": ["installed"] + ([args.triton36] if len(sites) > 1 else []),
-        "variants": len(pairs),
+        "variants": len(done) + len(pairs),
         "compile_seconds": timings,
         "rows": rows,
     }
@@ -674,7 +891,7 @@ def compile_mode(args: argparse.Namespace, report: dict[str, Any]) -> None:
     print(f"offline compile (s): {timings}")
 
 
-VARIANT_KEYS = ("K", "V", "dot", "BV", "NK", "warps", "stages", "fuse")
+VARIANT_KEYS = ("K", "V", "dot", "BV", "NK", "warps", "stages", "fuse", "halves")
 
 
 def spill_free(compiled: dict[str, Any], dim: int = 128) -> list[dict[str, Any]]:
@@ -683,21 +900,74 @@ def spill_free(compiled: dict[str, Any], dim: int = 128) -> list[dict[str, Any]]
     The forward prototype's spill_free knows no ``fuse`` key, hence this one."""
     verdict: dict[tuple, bool] = {}
     for row in compiled["rows"]:
-        key = tuple(row.get(k) for k in VARIANT_KEYS)
+        key = variant_key(row)
         ok = not row["spills"] and row.get("fits_shared", True)
         verdict[key] = verdict.get(key, True) and ok
     return [dict(zip(VARIANT_KEYS, key)) for key, ok in verdict.items() if ok and key[0] == dim]
 
 
+def table(compiled: dict[str, Any]) -> str:
+    """The compile rows as docs/kernels/gdn.md's markdown table: one line per (K, form,
+    fuse, dot, BV, NK), its warps/stages settings (d = default stages) spill-free under every
+    Triton, those of them within 227 KiB of shared memory, and ranges over the settings of
+    spill stores (per Triton, in the JSON's order), registers and shared KiB."""
+    versions = sorted({r["triton"] for r in compiled["rows"]}, reverse=True)
+    groups: dict[tuple, list[dict]] = {}
+    for row in compiled["rows"]:
+        key = (row["K"], row.get("halves", 0), row["fuse"], row["dot"], row["BV"], row["NK"])
+        groups.setdefault(key, []).append(row)
+
+    def span(values: list[int]) -> str:
+        return f"{min(values)}" if min(values) == max(values) else f"{min(values)}-{max(values)}"
+
+    lines = [
+        "| K=V | form | fuse | dot | BV | NK | no spills under "
+        + " and ".join(versions)
+        + " (warps/stages) | of those, within 227 KiB shared | spill stores, bytes, "
+        + "; ".join(versions)
+        + " | registers | shared KiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, rows in groups.items():
+        settings: dict[tuple, list[dict]] = {}
+        for row in rows:
+            settings.setdefault((row["warps"], row["stages"]), []).append(row)
+        clean = [s for s, rs in settings.items() if not any(r["spills"] for r in rs)]
+        fits = [s for s in clean if all(r["fits_shared"] for r in settings[s])]
+
+        def names(chosen: list[tuple], settings: dict = settings, full: bool = True) -> str:
+            if not chosen:
+                return f"none of {len(settings)}" if full else ""
+            if len(chosen) == len(settings) and len(chosen) > 1:
+                return f"all {len(chosen)}"
+            return ", ".join(f"{w}/{'d' if st is None else st}" for w, st in chosen)
+
+        spills = "; ".join(
+            span([r["spill_store_bytes"] or 0 for r in rows if r["triton"] == v]) for v in versions
+        )
+        fits_text = (
+            "-" if not clean else "the same" if fits == clean else names(fits, full=False) or "none"
+        )
+        lines.append(
+            f"| {key[0]} | {'halves' if key[1] else 'whole'} | {key[2]} | {key[3]} | {key[4]} "
+            f"| {key[5]} | {names(clean)} | {fits_text} | {spills} "
+            f"| {span([r['registers'] or 0 for r in rows])} "
+            f"| {span([round((r['shared_bytes'] or 0) / 1024) for r in rows])} |"
+        )
+    return "\n".join(lines)
+
+
 def parse_variant(text: str, dim: int) -> dict[str, Any]:
-    """DOT:BV:NK:WARPS:STAGES[:FUSE] (STAGES a number or "default") at K = V = ``dim``."""
+    """DOT:BV:NK:WARPS:STAGES[:FUSE[:HALVES]] (STAGES a number or "default") at K = V =
+    ``dim``."""
     fields = text.split(":")
-    if len(fields) not in (5, 6):
-        raise ValueError(f"a variant is DOT:BV:NK:WARPS:STAGES[:FUSE], got {text!r}")
+    if len(fields) not in (5, 6, 7):
+        raise ValueError(f"a variant is DOT:BV:NK:WARPS:STAGES[:FUSE[:HALVES]], got {text!r}")
     dot, bv, nk, warps, stages = fields[:5]
+    fuse, halves = (int(x) for x in ([*fields[5:], "0", "0"])[:2])
     return {"K": dim, "V": dim, "dot": dot, "BV": int(bv), "NK": int(nk), "warps": int(warps),
-            "stages": None if stages == "default" else int(stages),
-            "fuse": int(fields[5]) if len(fields) == 6 else 0}  # fmt: skip
+            "stages": None if stages == "default" else int(stages), "fuse": fuse,
+            "halves": halves}  # fmt: skip
 
 
 def time_mode(args: argparse.Namespace) -> dict[str, Any]:
@@ -747,7 +1017,7 @@ def time_mode(args: argparse.Namespace) -> dict[str, Any]:
             def run(inp: dict = inp, var: dict = var) -> tuple:
                 return register_scan(
                     inp, var["dot"], var["BV"], var["NK"], var["warps"], var["stages"],
-                    var["fuse"],
+                    var["fuse"], var["halves"],
                 )  # fmt: skip
 
             err = compare(run()[:3], want)
@@ -786,12 +1056,22 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         nargs="+",
-        help="--time: DOT:BV:NK:WARPS:STAGES[:FUSE] (STAGES a number or default) instead",
+        help="--time: DOT:BV:NK:WARPS:STAGES[:FUSE[:HALVES]] (STAGES a number or default)",
     )
     parser.add_argument("--batch", type=int, default=8, help="records per compile process")
     parser.add_argument("--limit", type=int, default=0, help="--compile: the first N only")
+    parser.add_argument(
+        "--resume", action="store_true", help="--compile: keep --out's rows, add the missing"
+    )
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--table", type=Path, help="print a compile JSON as a markdown table")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(args.table.read_text())["compile"]))
+        return
+    args.previous = None
+    if args.resume and args.out and args.out.exists():
+        args.previous = json.loads(args.out.read_text()).get("compile")
     if not (args.check or args.compile or args.time):
         parser.error("give --check, --compile and/or --time")
     if args.time and (args.check or args.compile):
