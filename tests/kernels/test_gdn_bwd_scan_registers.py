@@ -34,14 +34,21 @@ def case(bench):
 
 @cpu_only
 @pytest.mark.parametrize(
-    ("dot", "split_k", "block_v", "fuse"),
-    [("tf32x3", 1, 16, 0), ("tf32x3", 2, 32, 0), ("ieee", 1, 32, 0), ("tf32x3", 2, 16, 1)],
+    ("dot", "split_k", "block_v", "fuse", "halves"),
+    [
+        ("tf32x3", 1, 16, 0, 0),
+        ("ieee", 2, 32, 0, 0),
+        ("tf32x3", 2, 16, 1, 0),
+        ("tf32x3", 2, 32, 0, 1),
+        ("tf32x3", 1, 16, 1, 1),
+    ],
 )
 def test_prototype_matches_shipped_scan(
-    bench, case, dot: str, split_k: int, block_v: int, fuse: int
+    bench, case, dot: str, split_k: int, block_v: int, fuse: int, halves: int
 ) -> None:
     inp, shipped, ref, dw_shipped = case
-    var = {"K": 32, "V": 32, "dot": dot, "BV": block_v, "NK": split_k, "fuse": fuse}
+    var = {"K": 32, "V": 32, "dot": dot, "BV": block_v, "NK": split_k, "fuse": fuse,
+           "halves": halves}  # fmt: skip
     row = bench.check_one(inp, shipped, ref, dw_shipped, var)
     want = set(bench.PARTS) | (set(bench.FUSED_PARTS) if fuse else set())
     assert set(row["vs_fp64"]) == want
@@ -61,7 +68,7 @@ def test_time_mode_dry_runs(bench, monkeypatch: pytest.MonkeyPatch) -> None:
     """--time --dry: the device code path at a tiny shape under the interpreter."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     args = bench.argparse.Namespace(
-        variants=["tf32x3:16:2:4:2", "tf32x3:16:2:4:default:1"], from_json=None, dry=True
+        variants=["tf32x3:16:2:4:2", "tf32x3:16:2:4:default:1:1"], from_json=None, dry=True
     )
     out = bench.time_mode(args)
     rows = out["rows"]
@@ -85,15 +92,37 @@ def test_variant_grid_and_parsing(bench) -> None:
     assert all(set(v) == set(bench.VARIANT_KEYS) for v in grid)
     assert len({tuple(v.values()) for v in grid}) == len(grid)
     assert {v["fuse"] for v in grid} == {0, 1}
+    assert {v["halves"] for v in grid} == {0, 1}
     assert bench.parse_variant("tf32x3:16:2:4:default:1", 128) == {
         "K": 128, "V": 128, "dot": "tf32x3", "BV": 16, "NK": 2, "warps": 4, "stages": None,
-        "fuse": 1,
+        "fuse": 1, "halves": 0,
     }  # fmt: skip
+    assert bench.parse_variant("tf32:32:1:8:2:0:1", 128)["halves"] == 1
     with pytest.raises(ValueError, match="DOT:BV:NK"):
         bench.parse_variant("tf32x3:16", 128)
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="no committed compile results")
+def test_table_marks_settings(bench) -> None:
+    """The docs' table: a setting passes only without spills under every Triton, and is
+    listed apart when it asks for more shared memory than sm_90 has."""
+    base = {"K": 128, "V": 128, "dot": "tf32x3", "BV": 16, "NK": 2, "fuse": 0, "halves": 1,
+            "error": None}  # fmt: skip
+
+    def row(triton: str, warps: int, stages, spill: int, smem: int) -> dict:
+        return {**base, "triton": triton, "warps": warps, "stages": stages, "registers": 200,
+                "spill_store_bytes": spill, "shared_bytes": smem, "spills": bool(spill),
+                "fits_shared": smem <= bench.SM90_MAX_SHARED}  # fmt: skip
+
+    rows = [row("3.9.0", 4, 2, 0, 1024), row("3.6.0", 4, 2, 0, 1024)]
+    rows += [row("3.9.0", 8, None, 0, 300 * 1024), row("3.6.0", 8, None, 0, 300 * 1024)]
+    rows += [row("3.9.0", 4, 1, 0, 1024), row("3.6.0", 4, 1, 8, 1024)]
+    line = bench.table({"rows": rows}).splitlines()[-1]
+    assert line.startswith("| 128 | halves | 0 | tf32x3 | 16 | 2 | 4/2, 8/d | 4/2 | 0; 0-8 |")
+    verdict = bench.spill_free({"rows": rows})
+    assert [(v["warps"], v["stages"]) for v in verdict] == [(4, 2)]
+
+
 def test_committed_json_shape(bench) -> None:
     """Every variant compiled under each Triton the JSON lists, with the figures --time's
     spill_free and the docs read; the check rows all agree to fp32 accuracy."""
@@ -110,3 +139,4 @@ def test_committed_json_shape(bench) -> None:
     for var in bench.spill_free(compiled):
         assert var["K"] == 128
     assert report["check"] and max(r["worst"] for r in report["check"]) < 1e-6
+    assert {r.get("halves", 0) for r in report["check"]} == {0, 1}
