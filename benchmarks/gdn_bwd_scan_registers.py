@@ -23,6 +23,10 @@ recomputes from memory: dq_state = scale diag(gamma) dO H^T, dW = -dVn H^T, dk_s
 diag(exp(G_L - G)) Vn dH_next^T (all [C, K], stored as per-V-tile partials that a later
 kernel would sum) and the gate term sum(H * dH_next); H and Vn come from the forward's
 buffers. Whether the scan program has the registers for that is what --compile measures.
+And HALVES in {0, 1}: 1 processes each chunk as two halves of C / 2 = 32 rows (dO, dVn and
+the scaled dO as pairs of [32, BV] tiles, every dot reducing over 32 chunk steps or K / NK
+state rows, P^T dO skipping its zero block), to see whether smaller dot operands relieve
+the registers (they did not: docs/kernels/gdn.md).
 
 Modes (each independent):
 
@@ -37,8 +41,8 @@ Modes (each independent):
               compile_records``, this file as the "candidate") with the installed Triton
               and with ``--triton36 DIR``; registers, spill bytes, shared memory per variant
               to ``--out`` JSON.
-``--time``    on a CUDA device (no interpreter): times every variant given by ``--variants``
-              (default: those ``--from`` lists as spill-free under every Triton) against the
+``--time``    on a CUDA device (no interpreter): times the variants ``--from`` lists as
+              spill-free under every Triton, and those given by ``--variants``, against the
               shipped ``_state_bwd_kernel`` (and, for context, the shipped six-kernel
               backward) at B=2, H=16, K=V=128, T=4096 and 16384 (``triton.testing.do_bench``),
               and checks dH, dVn, dh0 against the shipped kernel. ``--time --dry`` runs the
@@ -47,6 +51,8 @@ Modes (each independent):
 
     PYTHONPATH=src python benchmarks/gdn_bwd_scan_registers.py --check --compile \
         --triton36 /tmp/tr36site --out benchmarks/results/gdn-bwd-scan-registers-cpu.json
+    PYTHONPATH=src python benchmarks/gdn_bwd_scan_registers.py --table \
+        benchmarks/results/gdn-bwd-scan-registers-cpu.json   # the docs' table
     PYTHONPATH=src python benchmarks/gdn_bwd_scan_registers.py --time \
         --from benchmarks/results/gdn-bwd-scan-registers-cpu.json --out FILE
 
@@ -992,10 +998,13 @@ def time_mode(args: argparse.Namespace) -> dict[str, Any]:
         from triton.testing import do_bench as bench
 
         device, batch, heads, dim, lengths = "cuda", 2, 16, 128, (4096, 16384)
-    if args.variants:
-        chosen = [parse_variant(s, 128) for s in args.variants]
-    else:
-        chosen = spill_free(json.loads(Path(args.from_json).read_text())["compile"])
+    chosen = []  # --from's spill-free variants, then --variants (both may be given)
+    if args.from_json:
+        chosen += spill_free(json.loads(Path(args.from_json).read_text())["compile"])
+    for text in args.variants or ():
+        var = parse_variant(text, 128)
+        if variant_key(var) not in {variant_key(v) for v in chosen}:
+            chosen.append(var)
     if dry:  # the same variants at the tiny head size (BV and NK within it)
         chosen = [
             {**v, "K": dim, "V": dim, "BV": min(v["BV"], dim), "NK": min(v["NK"], dim // 16)}
@@ -1056,7 +1065,8 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         nargs="+",
-        help="--time: DOT:BV:NK:WARPS:STAGES[:FUSE[:HALVES]] (STAGES a number or default)",
+        help="--time: DOT:BV:NK:WARPS:STAGES[:FUSE[:HALVES]] (STAGES a number or default), "
+        "after --from's",
     )
     parser.add_argument("--batch", type=int, default=8, help="records per compile process")
     parser.add_argument("--limit", type=int, default=0, help="--compile: the first N only")
