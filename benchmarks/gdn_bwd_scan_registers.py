@@ -273,6 +273,7 @@ def _bwd_scan_registers_kernel(
     STORE_DH0: tl.constexpr,
     FUSE: tl.constexpr,
     HALVES: tl.constexpr,
+    SPLIT_PT: tl.constexpr,
     DOT: tl.constexpr,
 ):
     """The reverse state-gradient scan of one (batch, head, V tile) with dH in registers: NK
@@ -282,7 +283,9 @@ def _bwd_scan_registers_kernel(
     HALVES = 1 works on the chunk's two halves of C / 2 rows: dO, dVn and the scaled dO are
     pairs of [C / 2, BV] tiles, every dot reduces over C / 2 (or K / NK) columns, and P^T dO
     skips the block of P^T that causality makes zero (3 of the 4 [C / 2, C / 2] blocks).
-    HALVES = 0's code is the one first compiled (rows without "halves" in the JSON)."""
+    HALVES = 0's code is the one first compiled (rows without "halves" in the JSON).
+    SPLIT_PT = 1 (whole form only) reduces P^T dO over two halves of the chunk's steps, the
+    one change from the first compiled code (rows without "split_pt" have SPLIT_PT = 0)."""
     BKS: tl.constexpr = K // NK
     i_v = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -419,18 +422,47 @@ def _bwd_scan_registers_kernel(
                 kdh += _rows_times(k_base, dh_c, o_c, o_kc, m_t, H, K, DOT)
                 kdh += _rows_times(k_base, dh_d, o_c, o_kd, m_t, H, K, DOT)
             off_v = o_c[:, None] * (H * V) + o_v[None, :]
-            b_do = tl.load(do_ptr + chunk_row * V + off_v, mask=m_t[:, None], other=0.0).to(
-                tl.float32
-            )
-            b_pt = tl.load(
-                scores_ptr + chunk_row * C + o_c[None, :] * (H * C) + o_c[:, None],
-                mask=m_t[None, :],
-                other=0.0,
-            )
-            g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C)
-            k_decay = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0)
-            b_dvn = kdh * k_decay[:, None] + _dot(b_pt, b_do, DOT) * scale
-            tl.store(dvn_ptr + chunk_row * V + off_v, b_dvn, mask=m_t[:, None])
+            if SPLIT_PT:
+                # P^T dO reduced over the two halves of the chunk's steps ([C, C / 2] operands,
+                # not [C, C]); dO is then reloaded whole for the scaled dO instead of staying
+                # live across the dVn computation
+                g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C)
+                k_decay = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0)
+                R2: tl.constexpr = C // 2
+                o_h = tl.arange(0, R2)
+                s_base = scores_ptr + chunk_row * C
+                m_h = i_n * C + o_h < T
+                b_doh = tl.load(
+                    do_ptr + chunk_row * V + o_h[:, None] * (H * V) + o_v[None, :],
+                    mask=m_h[:, None],
+                    other=0.0,
+                ).to(tl.float32)
+                pdo = _pt_times(s_base, o_c, o_h, m_h, b_doh, H, C, DOT)
+                m_h = i_n * C + R2 + o_h < T
+                b_doh = tl.load(
+                    do_ptr + chunk_row * V + (R2 + o_h)[:, None] * (H * V) + o_v[None, :],
+                    mask=m_h[:, None],
+                    other=0.0,
+                ).to(tl.float32)
+                pdo += _pt_times(s_base, o_c, R2 + o_h, m_h, b_doh, H, C, DOT)
+                b_dvn = kdh * k_decay[:, None] + pdo * scale
+                tl.store(dvn_ptr + chunk_row * V + off_v, b_dvn, mask=m_t[:, None])
+                b_do = tl.load(do_ptr + chunk_row * V + off_v, mask=m_t[:, None], other=0.0).to(
+                    tl.float32
+                )
+            else:
+                b_do = tl.load(do_ptr + chunk_row * V + off_v, mask=m_t[:, None], other=0.0).to(
+                    tl.float32
+                )
+                b_pt = tl.load(
+                    scores_ptr + chunk_row * C + o_c[None, :] * (H * C) + o_c[:, None],
+                    mask=m_t[None, :],
+                    other=0.0,
+                )
+                g_cum, g_last = _load_gate_cumsum(gcum_ptr, i_b, i_h, i_n, T, H, C)
+                k_decay = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0)
+                b_dvn = kdh * k_decay[:, None] + _dot(b_pt, b_do, DOT) * scale
+                tl.store(dvn_ptr + chunk_row * V + off_v, b_dvn, mask=m_t[:, None])
             gamma_scale = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0) * scale
             if FUSE:
                 h_base = h_ptr + state_base
@@ -585,11 +617,12 @@ def register_scan(
     stages: int | None = None,
     fuse: int = 0,
     halves: int = 0,
+    split_pt: int = 0,
 ) -> tuple[torch.Tensor, ...]:
     """(dH_next per chunk, dVn, d initial state), and with ``fuse`` the V-tile partials
     (dq_state, dW, dk_state [NVT, B, T, H, K], sum(H * dH_next) [NVT, B * H, NT]), from the
-    register-resident prototype (``halves``: the HALVES form); ``stages`` None is Triton's
-    default pipelining."""
+    register-resident prototype (``halves``: the HALVES form, ``split_pt``: SPLIT_PT);
+    ``stages`` None is Triton's default pipelining."""
     q, do = inp["q"], inp["do"]
     batch, seq_len, heads, dim_k = q.shape
     dim_v = do.shape[-1]
@@ -611,7 +644,8 @@ def register_scan(
         q, inp["k"], inp["w"], inp["g_cum"], inp["scores"], do, inp["dht"], inp["states"],
         inp["v_new"], d_states, d_v_new, dh0, *parts, seq_len, num_chunks, heads,
         inp["scale"], K=dim_k, V=dim_v, C=CHUNK, BV=block_v, NK=split_k, HAS_DHT=True,
-        STORE_DH0=True, FUSE=fuse, HALVES=halves, DOT=dot, num_warps=warps,
+        STORE_DH0=True, FUSE=fuse, HALVES=halves, SPLIT_PT=split_pt, DOT=dot,
+        num_warps=warps,
         **({} if stages is None else {"num_stages": stages}),
     )  # fmt: skip
     return (d_states, d_v_new, dh0, *parts) if fuse else (d_states, d_v_new, dh0)
@@ -663,7 +697,7 @@ def fused_totals(got: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
 
 
 def variants(dims: tuple[int, ...] = (128,)) -> list[dict[str, Any]]:
-    """The (K = V, dot, BV, NK, warps, stages, fuse, halves) the compile mode tries.
+    """The (K = V, dot, BV, NK, warps, stages, fuse, halves, split_pt) the compile mode tries.
 
     Whole-chunk form (halves = 0), at K = 128: the forward prototype's grid (every dot, BV,
     warp count and pipelining depth with the whole dH, NK = 2 for the TF32 dots, NK = 2 and
@@ -696,8 +730,8 @@ def variants(dims: tuple[int, ...] = (128,)) -> list[dict[str, Any]]:
                                 if bv <= d and bv >= 32 * (d < 128) and (full or small):
                                     out.append({"K": d, "V": d, "dot": dot, "BV": bv, "NK": nk,
                                                 "warps": nw, "stages": st, "fuse": fuse,
-                                                "halves": 0})  # fmt: skip
-    return out + halves_variants(dims)
+                                                "halves": 0, "split_pt": 0})  # fmt: skip
+    return out + halves_variants(dims) + split_pt_variants(dims)
 
 
 def halves_variants(dims: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -720,13 +754,29 @@ def halves_variants(dims: tuple[int, ...]) -> list[dict[str, Any]]:
         grid += [(128, "tf32x3", bv, 2, 4, st, 1) for bv in (16, 32) for st in (2, 1)]
     grid += [(d, "tf32x3", bv, 1, 4, None, 0) for d in dims if d < 128 for bv in (32, 64)]
     keys = ("K", "dot", "BV", "NK", "warps", "stages", "fuse")
-    return [{**dict(zip(keys, g)), "V": g[0], "halves": 1} for g in grid]
+    return [{**dict(zip(keys, g)), "V": g[0], "halves": 1, "split_pt": 0} for g in grid]
+
+
+def split_pt_variants(dims: tuple[int, ...]) -> list[dict[str, Any]]:
+    """SPLIT_PT's grid (whole form, P^T dO over two halves of the steps): at K = 128 tf32x3
+    at BV 16 with every NK, warp count and pipelining depth, BV 32 with NK 2 at 2 or 1 stages,
+    and fused at BV 16, NK 2, 4 warps, 2 stages; at K = 64 tf32x3 BV 32, NK 1, 4 warps."""
+    grid: list[tuple] = []  # (K, BV, NK, warps, stages, fuse)
+    if 128 in dims:
+        grid += [(128, 16, nk, nw, st, 0) for nk in SPLITS_K for nw in WARPS for st in STAGES]
+        grid += [(128, 32, 2, nw, st, 0) for nw in WARPS for st in (2, 1)]
+        grid += [(128, 16, 2, 4, 2, 1)]
+    grid += [(d, 32, 1, 4, None, 0) for d in dims if d < 128]
+    keys = ("K", "BV", "NK", "warps", "stages", "fuse")
+    return [
+        {**dict(zip(keys, g)), "V": g[0], "dot": "tf32x3", "halves": 0, "split_pt": 1} for g in grid
+    ]
 
 
 def variant_key(row: dict[str, Any]) -> tuple:
-    """A variant's identity in the JSON; rows compiled before the HALVES form existed have
-    no "halves" (they are the whole-chunk form)."""
-    return tuple(row.get(k, 0 if k == "halves" else None) for k in VARIANT_KEYS)
+    """A variant's identity in the JSON; rows compiled before the HALVES and SPLIT_PT forms
+    existed have neither key (they are the whole-chunk form: 0)."""
+    return tuple(row.get(k, 0 if k in ("halves", "split_pt") else None) for k in VARIANT_KEYS)
 
 
 def label(v: dict[str, Any]) -> str:
@@ -734,7 +784,8 @@ def label(v: dict[str, Any]) -> str:
     stages = "default" if v.get("stages") is None else v["stages"]
     return (
         f"K={v['K']} V={v['V']} {v['dot']} BV={v['BV']} NK={v['NK']} warps={v['warps']} "
-        f"stages={stages} fuse={v['fuse']} halves={v.get('halves', 0)}"
+        f"stages={stages} fuse={v['fuse']} halves={v.get('halves', 0)} "
+        f"split_pt={v.get('split_pt', 0)}"
     )
 
 
@@ -757,7 +808,14 @@ def check_one(
 ) -> dict[str, Any]:
     """One variant against the shipped scan (and, fused, the shipped dW) and the fp64 loop."""
     got = register_scan(
-        inp, var["dot"], var["BV"], var["NK"], 4, fuse=var["fuse"], halves=var.get("halves", 0)
+        inp,
+        var["dot"],
+        var["BV"],
+        var["NK"],
+        4,
+        fuse=var["fuse"],
+        halves=var.get("halves", 0),
+        split_pt=var.get("split_pt", 0),
     )
     row: dict[str, Any] = dict(var)
     row["vs_shipped"] = compare(got[:3], shipped)
@@ -782,16 +840,20 @@ def check(dims: tuple[int, ...] = (32, 64), seq_len: int = 200) -> list[dict[str
         shipped = shipped_scan(inp)
         ref = reference_scan(inp)
         dw_shipped = shipped_dw(inp, *shipped[:2])
-        for halves, fuse in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        for halves, fuse, split_pt in (
+            (0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0), (0, 0, 1), (0, 1, 1)
+        ):  # fmt: skip
             for dot in (d for d in DOTS if d != "bf16" and (not fuse or d != "tf32")):
                 for bv in (b for b in BLOCKS_V if b <= dim):
                     for nk in (n for n in SPLITS_K if dim // n >= 16):  # a dot needs 16 rows
                         var = {"K": dim, "V": dim, "T": seq_len, "dot": dot, "BV": bv, "NK": nk,
-                               "fuse": fuse, "halves": halves}  # fmt: skip
+                               "fuse": fuse, "halves": halves,
+                               "split_pt": split_pt}  # fmt: skip
                         row = check_one(inp, shipped, ref, dw_shipped, var)
                         print(
                             f"check K=V={dim} {dot:6} BV={bv:<2} NK={nk} fuse={fuse} "
-                            f"halves={halves}: max rel err {row['worst']:.2e}",
+                            f"halves={halves} split_pt={split_pt}: "
+                            f"max rel err {row['worst']:.2e}",
                             flush=True,
                         )
                         rows.append(row)
@@ -821,7 +883,7 @@ def record_variants(
         try:
             register_scan(
                 by_dim[var["K"]], var["dot"], var["BV"], var["NK"], var["warps"],
-                var["stages"], var["fuse"], var["halves"],
+                var["stages"], var["fuse"], var["halves"], var["split_pt"],
             )  # fmt: skip
         finally:
             InterpretedFunction.run = original_run
@@ -834,16 +896,20 @@ def compile_mode(args: argparse.Namespace, report: dict[str, Any]) -> None:
     """Offline sm_90 resources of every variant with each Triton installation, into
     ``report["compile"]``; in batches, the report rewritten to ``--out`` after each, so a
     run cut short keeps what it compiled. ``--resume``: the rows of the ``--out`` JSON are
-    kept and only variants it lacks are compiled (rows from before the HALVES form get
-    halves = 0: that form's code is unchanged). (The forward prototype's compile_mode is
-    bound to its own variants and file, so this is its twin, not a call to it.)"""
+    kept and only variants it lacks are compiled (rows from before the HALVES and SPLIT_PT
+    forms get halves = 0 and split_pt = 0: that form's code is unchanged). (The forward
+    prototype's compile_mode is bound to its own variants and file, so this is its twin, not
+    a call to it.)"""
     from _offline_compile import compile_offline, triton_sites
 
     rows: list[dict[str, Any]] = []
     timings: dict[str, float] = {}
     previous = getattr(args, "previous", None)  # main reads it before --check rewrites --out
     if previous:
-        rows = [{**r, "halves": r.get("halves", 0)} for r in previous.get("rows", [])]
+        rows = [
+            {**r, "halves": r.get("halves", 0), "split_pt": r.get("split_pt", 0)}
+            for r in previous.get("rows", [])
+        ]
         timings = previous.get("compile_seconds", {})
     done = frozenset(variant_key(r) for r in rows)
     pairs = record_variants(tuple(args.dims), done)
@@ -897,7 +963,7 @@ def compile_mode(args: argparse.Namespace, report: dict[str, Any]) -> None:
     print(f"offline compile (s): {timings}")
 
 
-VARIANT_KEYS = ("K", "V", "dot", "BV", "NK", "warps", "stages", "fuse", "halves")
+VARIANT_KEYS = ("K", "V", "dot", "BV", "NK", "warps", "stages", "fuse", "halves", "split_pt")
 
 
 def spill_free(compiled: dict[str, Any], dim: int = 128) -> list[dict[str, Any]]:
@@ -920,7 +986,8 @@ def table(compiled: dict[str, Any]) -> str:
     versions = sorted({r["triton"] for r in compiled["rows"]}, reverse=True)
     groups: dict[tuple, list[dict]] = {}
     for row in compiled["rows"]:
-        key = (row["K"], row.get("halves", 0), row["fuse"], row["dot"], row["BV"], row["NK"])
+        form = "halves" if row.get("halves") else "split P^T dO" if row.get("split_pt") else "whole"
+        key = (row["K"], form, row["fuse"], row["dot"], row["BV"], row["NK"])
         groups.setdefault(key, []).append(row)
 
     def span(values: list[int]) -> str:
@@ -955,7 +1022,7 @@ def table(compiled: dict[str, Any]) -> str:
             "-" if not clean else "the same" if fits == clean else names(fits, full=False) or "none"
         )
         lines.append(
-            f"| {key[0]} | {'halves' if key[1] else 'whole'} | {key[2]} | {key[3]} | {key[4]} "
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} "
             f"| {key[5]} | {names(clean)} | {fits_text} | {spills} "
             f"| {span([r['registers'] or 0 for r in rows])} "
             f"| {span([round((r['shared_bytes'] or 0) / 1024) for r in rows])} |"
@@ -964,16 +1031,17 @@ def table(compiled: dict[str, Any]) -> str:
 
 
 def parse_variant(text: str, dim: int) -> dict[str, Any]:
-    """DOT:BV:NK:WARPS:STAGES[:FUSE[:HALVES]] (STAGES a number or "default") at K = V =
-    ``dim``."""
+    """DOT:BV:NK:WARPS:STAGES[:FUSE[:HALVES[:SPLIT_PT]]] (STAGES a number or "default") at
+    K = V = ``dim``."""
     fields = text.split(":")
-    if len(fields) not in (5, 6, 7):
-        raise ValueError(f"a variant is DOT:BV:NK:WARPS:STAGES[:FUSE[:HALVES]], got {text!r}")
+    if not 5 <= len(fields) <= 8:
+        raise ValueError(f"a variant is DOT:BV:NK:WARPS:STAGES[:FUSE[:HALVES[:SPLIT_PT]]], "
+                         f"got {text!r}")  # fmt: skip
     dot, bv, nk, warps, stages = fields[:5]
-    fuse, halves = (int(x) for x in ([*fields[5:], "0", "0"])[:2])
+    fuse, halves, split_pt = (int(x) for x in [*fields[5:], "0", "0", "0"][:3])
     return {"K": dim, "V": dim, "dot": dot, "BV": int(bv), "NK": int(nk), "warps": int(warps),
             "stages": None if stages == "default" else int(stages), "fuse": fuse,
-            "halves": halves}  # fmt: skip
+            "halves": halves, "split_pt": split_pt}  # fmt: skip
 
 
 def time_mode(args: argparse.Namespace) -> dict[str, Any]:
@@ -1026,7 +1094,7 @@ def time_mode(args: argparse.Namespace) -> dict[str, Any]:
             def run(inp: dict = inp, var: dict = var) -> tuple:
                 return register_scan(
                     inp, var["dot"], var["BV"], var["NK"], var["warps"], var["stages"],
-                    var["fuse"], var["halves"],
+                    var["fuse"], var["halves"], var["split_pt"],
                 )  # fmt: skip
 
             err = compare(run()[:3], want)
@@ -1065,7 +1133,7 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         nargs="+",
-        help="--time: DOT:BV:NK:WARPS:STAGES[:FUSE[:HALVES]] (STAGES a number or default), "
+        help="--time: DOT:BV:NK:WARPS:STAGES[:FUSE[:HALVES[:SPLIT_PT]]] (STAGES: N or default), "
         "after --from's",
     )
     parser.add_argument("--batch", type=int, default=8, help="records per compile process")
