@@ -34,21 +34,22 @@ def case(bench):
 
 @cpu_only
 @pytest.mark.parametrize(
-    ("dot", "split_k", "block_v", "fuse", "halves"),
+    ("dot", "split_k", "block_v", "fuse", "halves", "split_pt"),
     [
-        ("tf32x3", 1, 16, 0, 0),
-        ("ieee", 2, 32, 0, 0),
-        ("tf32x3", 2, 16, 1, 0),
-        ("tf32x3", 2, 32, 0, 1),
-        ("tf32x3", 1, 16, 1, 1),
+        ("tf32x3", 1, 16, 0, 0, 0),
+        ("ieee", 2, 32, 0, 0, 0),
+        ("tf32x3", 2, 16, 1, 0, 0),
+        ("tf32x3", 2, 32, 0, 1, 0),
+        ("tf32x3", 1, 16, 1, 1, 0),
+        ("tf32x3", 2, 16, 0, 0, 1),
     ],
 )
 def test_prototype_matches_shipped_scan(
-    bench, case, dot: str, split_k: int, block_v: int, fuse: int, halves: int
+    bench, case, dot: str, split_k: int, block_v: int, fuse: int, halves: int, split_pt: int
 ) -> None:
     inp, shipped, ref, dw_shipped = case
     var = {"K": 32, "V": 32, "dot": dot, "BV": block_v, "NK": split_k, "fuse": fuse,
-           "halves": halves}  # fmt: skip
+           "halves": halves, "split_pt": split_pt}  # fmt: skip
     row = bench.check_one(inp, shipped, ref, dw_shipped, var)
     want = set(bench.PARTS) | (set(bench.FUSED_PARTS) if fuse else set())
     assert set(row["vs_fp64"]) == want
@@ -93,11 +94,13 @@ def test_variant_grid_and_parsing(bench) -> None:
     assert len({tuple(v.values()) for v in grid}) == len(grid)
     assert {v["fuse"] for v in grid} == {0, 1}
     assert {v["halves"] for v in grid} == {0, 1}
+    assert {v["split_pt"] for v in grid} == {0, 1}
     assert bench.parse_variant("tf32x3:16:2:4:default:1", 128) == {
         "K": 128, "V": 128, "dot": "tf32x3", "BV": 16, "NK": 2, "warps": 4, "stages": None,
-        "fuse": 1, "halves": 0,
+        "fuse": 1, "halves": 0, "split_pt": 0,
     }  # fmt: skip
     assert bench.parse_variant("tf32:32:1:8:2:0:1", 128)["halves"] == 1
+    assert bench.parse_variant("tf32x3:16:2:4:2:0:0:1", 128)["split_pt"] == 1
     with pytest.raises(ValueError, match="DOT:BV:NK"):
         bench.parse_variant("tf32x3:16", 128)
 
@@ -107,7 +110,7 @@ def test_table_marks_settings(bench) -> None:
     """The docs' table: a setting passes only without spills under every Triton, and is
     listed apart when it asks for more shared memory than sm_90 has."""
     base = {"K": 128, "V": 128, "dot": "tf32x3", "BV": 16, "NK": 2, "fuse": 0, "halves": 1,
-            "error": None}  # fmt: skip
+            "split_pt": 0, "error": None}  # fmt: skip
 
     def row(triton: str, warps: int, stages, spill: int, smem: int) -> dict:
         return {**base, "triton": triton, "warps": warps, "stages": stages, "registers": 200,
@@ -140,3 +143,4 @@ def test_committed_json_shape(bench) -> None:
         assert var["K"] == 128
     assert report["check"] and max(r["worst"] for r in report["check"]) < 1e-6
     assert {r.get("halves", 0) for r in report["check"]} == {0, 1}
+    assert {r.get("split_pt", 0) for r in report["check"]} == {0, 1}
