@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import os
 import sys
@@ -70,6 +71,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 # The interpreter for --check/--compile/--time --dry, decided before Triton is imported. When
@@ -86,19 +88,33 @@ try:
     import kernelgate  # noqa: F401
 except ImportError:  # run from a checkout without installing it
     sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))  # the forward prototype, _offline_compile
 
-from gdn_scan_registers import (  # noqa: E402
-    BLOCKS_V,
-    DOTS,
-    SM90_MAX_SHARED,
-    SPLITS_K,
-    STAGES,
-    WARPS,
-    _dot,
-    make_inputs,
-    max_rel_error,
-)
+
+def _forward_prototype() -> ModuleType:
+    """benchmarks/gdn_scan_registers.py (the forward prototype) as the module
+    ``gdn_scan_registers``, loaded by path: benchmarks are scripts, not a package, and putting
+    benchmarks/ on sys.path would let its file names shadow modules in whatever process
+    imports this one (a test session)."""
+    name = "gdn_scan_registers"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# Shared with the forward prototype: its grid axes, shared-memory limit, dot helper (a
+# @triton.jit the kernel below calls), inputs and error measure.
+_fwd = _forward_prototype()
+BLOCKS_V, DOTS, SPLITS_K, STAGES, WARPS = (
+    _fwd.BLOCKS_V, _fwd.DOTS, _fwd.SPLITS_K, _fwd.STAGES, _fwd.WARPS
+)  # fmt: skip
+SM90_MAX_SHARED = _fwd.SM90_MAX_SHARED
+_dot = _fwd._dot
+make_inputs = _fwd.make_inputs
+max_rel_error = _fwd.max_rel_error
 
 from kernelgate.kernels._common import round_up, tile_width  # noqa: E402
 from kernelgate.kernels._tiles import batch_head, chunk_base  # noqa: E402
@@ -900,6 +916,7 @@ def compile_mode(args: argparse.Namespace, report: dict[str, Any]) -> None:
     forms get halves = 0 and split_pt = 0: that form's code is unchanged). (The forward
     prototype's compile_mode is bound to its own variants and file, so this is its twin, not
     a call to it.)"""
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # as the forward prototype's compile mode
     from _offline_compile import compile_offline, triton_sites
 
     rows: list[dict[str, Any]] = []
