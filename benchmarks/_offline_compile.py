@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 _COMPILE = (
@@ -49,3 +50,33 @@ def compile_offline(
 def triton_sites(triton36: str | None) -> list[str | None]:
     """The installed Triton (None), then ``triton36`` when that folder exists."""
     return [None] + ([triton36] if triton36 and Path(triton36).is_dir() else [])
+
+
+# Bytes of shared memory one CTA can have on sm_90 (227 KiB): a kernel over it does not launch.
+SM90_MAX_SHARED = 232448
+
+
+def resource_fields(result: dict[str, Any]) -> dict[str, Any]:
+    """One compile result as every resources JSON keeps it: the figures, then ``spills`` (a
+    compile error counts, since nothing says it would not spill) and ``fits_shared``."""
+    fields = {
+        "registers": result.get("registers"),
+        "spill_store_bytes": result.get("spill_bytes"),
+        "spill_load_bytes": result.get("spill_load_bytes"),
+        "stack_frame_bytes": result.get("stack_frame_bytes"),
+        "shared_bytes": result.get("shared_bytes"),
+        "error": result.get("error"),
+    }
+    fields["spills"] = bool(fields["error"] or fields["spill_store_bytes"])
+    fields["fits_shared"] = (fields["shared_bytes"] or 0) <= SM90_MAX_SHARED
+    return fields
+
+
+def resource_text(row: dict[str, Any], error_chars: int = 200) -> str:
+    """The figures of a ``resource_fields`` row as the scripts print one line a kernel."""
+    return (
+        f"regs={row['registers']} spill st/ld={row['spill_store_bytes']}/"
+        f"{row['spill_load_bytes']} smem={row['shared_bytes']}"
+        + ("" if row["fits_shared"] else " (over 227 KiB)")
+        + (f" ERROR {str(row['error'])[:error_chars]}" if row["error"] else "")
+    )

@@ -917,7 +917,7 @@ def compile_mode(args: argparse.Namespace, report: dict[str, Any]) -> None:
     prototype's compile_mode is bound to its own variants and file, so this is its twin, not
     a call to it.)"""
     sys.path.insert(0, str(ROOT / "benchmarks"))  # as the forward prototype's compile mode
-    from _offline_compile import compile_offline, triton_sites
+    from _offline_compile import compile_offline, resource_fields, resource_text, triton_sites
 
     rows: list[dict[str, Any]] = []
     timings: dict[str, float] = {}
@@ -954,27 +954,9 @@ def compile_mode(args: argparse.Namespace, report: dict[str, Any]) -> None:
         for version, results, seconds in compiled:
             timings[version] = round(timings.get(version, 0.0) + seconds, 1)
             for (var, _), res in zip(part, results, strict=True):
-                row = {
-                    "triton": version,
-                    **var,
-                    "registers": res.get("registers"),
-                    "spill_store_bytes": res.get("spill_bytes"),
-                    "spill_load_bytes": res.get("spill_load_bytes"),
-                    "stack_frame_bytes": res.get("stack_frame_bytes"),
-                    "shared_bytes": res.get("shared_bytes"),
-                    "error": res.get("error"),
-                }
-                row["spills"] = bool(row["error"] or row["spill_store_bytes"])
-                row["fits_shared"] = (row["shared_bytes"] or 0) <= SM90_MAX_SHARED
+                row = {"triton": version, **var, **resource_fields(res)}
                 rows.append(row)
-                print(
-                    f"triton {version:6} {label(var):50} regs={row['registers']} "
-                    f"spill st/ld={row['spill_store_bytes']}/{row['spill_load_bytes']} "
-                    f"smem={row['shared_bytes']}"
-                    + ("" if row["fits_shared"] else " (over 227 KiB)")
-                    + (f" ERROR {str(row['error'])[:200]}" if row["error"] else ""),
-                    flush=True,
-                )
+                print(f"triton {version:6} {label(var):50} {resource_text(row)}", flush=True)
         if args.out:
             args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"offline compile (s): {timings}")

@@ -51,14 +51,18 @@ except ImportError:  # run from a checkout without installing it
     sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _offline_compile import compile_offline, triton_sites  # noqa: E402
+from _offline_compile import (  # noqa: E402
+    compile_offline,
+    resource_fields,
+    resource_text,
+    triton_sites,
+)
 
 from kernelgate.kernels.gdn import chunk as gdn_chunk  # noqa: E402
 from kernelgate.kernels.gdn import chunk_gated_delta_rule  # noqa: E402
 from kernelgate.sandbox.resources import LaunchRecorder  # noqa: E402
 
 FAST_KERNELS = ("_wy_fast_kernel", "_scan_fast_kernel", "_output_fast_kernel")
-SM90_MAX_SHARED = 232448  # bytes of shared memory one CTA can have on sm_90 (227 KiB)
 CANDIDATE = ROOT / "examples" / "gdn" / "candidate.py"  # imports kernelgate.kernels.gdn
 # Alternative configurations for --configs: (name, FAST_NUM_WARPS, FAST_NUM_STAGES,
 # FAST_SCAN_BLOCK_V, FAST_BLOCK), each an override of the defaults; each compiles every
@@ -254,27 +258,13 @@ def main() -> None:
     for version, results, seconds in compiled:
         timings[version] = round(seconds, 1)
         for (config, record), res in zip(pairs, results, strict=True):
-            row = {
-                "triton": version,
-                "config": config,
-                **describe(record),
-                "registers": res.get("registers"),
-                "spill_store_bytes": res.get("spill_bytes"),
-                "spill_load_bytes": res.get("spill_load_bytes"),
-                "stack_frame_bytes": res.get("stack_frame_bytes"),
-                "shared_bytes": res.get("shared_bytes"),
-                "error": res.get("error"),
-            }
-            row["spills"] = bool(row["error"] or row["spill_store_bytes"])
-            row["fits_shared"] = (row["shared_bytes"] or 0) <= SM90_MAX_SHARED
+            row = {"triton": version, "config": config, **describe(record)}
+            row |= resource_fields(res)
             rows.append(row)
             print(
                 f"triton {version:6} {config:12} {row['kernel']:20} K={row['K']} V={row['V']} "
                 f"h0={row.get('HAS_H0')} warps={row['num_warps']} stages={row['num_stages']} "
-                f"regs={row['registers']} spill st/ld={row['spill_store_bytes']}/"
-                f"{row['spill_load_bytes']} smem={row['shared_bytes']}"
-                + ("" if row["fits_shared"] else " (over 227 KiB)")
-                + (f" ERROR {str(row['error'])[:300]}" if row["error"] else ""),
+                + resource_text(row, error_chars=300),
                 flush=True,
             )
     defaults_ok = all(

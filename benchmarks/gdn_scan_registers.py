@@ -89,7 +89,9 @@ SPLITS_K = (1, 2, 4)
 STAGES = (None, 2, 1)
 # The most shared memory one CTA can have on sm_90 (227 KiB, opt-in dynamic shared memory);
 # a kernel asking for more fails to launch ("out of resources"), whatever its registers.
-SM90_MAX_SHARED = 232448
+SM90_MAX_SHARED = (
+    232448  # as in _offline_compile, which this file (a compile candidate) cannot import here
+)
 
 
 @triton.jit
@@ -439,7 +441,7 @@ def compile_mode(args: argparse.Namespace, report: dict[str, Any]) -> None:
     ``report["compile"]``; in batches, the report rewritten to ``--out`` after each, so a
     run cut short keeps what it compiled."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _offline_compile import compile_offline, triton_sites
+    from _offline_compile import compile_offline, resource_fields, resource_text, triton_sites
 
     pairs = record_variants(tuple(args.dims))
     rows: list[dict[str, Any]] = []
@@ -460,27 +462,9 @@ def compile_mode(args: argparse.Namespace, report: dict[str, Any]) -> None:
         for version, results, seconds in compiled:
             timings[version] = round(timings.get(version, 0.0) + seconds, 1)
             for (var, _), res in zip(part, results, strict=True):
-                row = {
-                    "triton": version,
-                    **var,
-                    "registers": res.get("registers"),
-                    "spill_store_bytes": res.get("spill_bytes"),
-                    "spill_load_bytes": res.get("spill_load_bytes"),
-                    "stack_frame_bytes": res.get("stack_frame_bytes"),
-                    "shared_bytes": res.get("shared_bytes"),
-                    "error": res.get("error"),
-                }
-                row["spills"] = bool(row["error"] or row["spill_store_bytes"])
-                row["fits_shared"] = (row["shared_bytes"] or 0) <= SM90_MAX_SHARED
+                row = {"triton": version, **var, **resource_fields(res)}
                 rows.append(row)
-                print(
-                    f"triton {version:6} {label(var):42} regs={row['registers']} "
-                    f"spill st/ld={row['spill_store_bytes']}/{row['spill_load_bytes']} "
-                    f"smem={row['shared_bytes']}"
-                    + ("" if row["fits_shared"] else " (over 227 KiB)")
-                    + (f" ERROR {str(row['error'])[:200]}" if row["error"] else ""),
-                    flush=True,
-                )
+                print(f"triton {version:6} {label(var):42} {resource_text(row)}", flush=True)
         if args.out:
             args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"offline compile (s): {timings}")
