@@ -27,6 +27,7 @@ from kernelgate.kernels.gdn.chunk_bwd import (
     _wy_da_bwd_kernel,
     _wy_dkv_bwd_kernel,
 )
+from kernelgate.kernels.gdn.chunk_bwd_fast import _dqk_fast_kernel, _wy_fast_bwd_kernel
 from kernelgate.kernels.gdn.chunk_fwd import (
     _output_fwd_kernel,
     _state_fwd_kernel,
@@ -94,6 +95,21 @@ FAST_BLOCK = {"wy_kk": 64, "wy_fast": 64, "output_fast": 32}
 # kernelgate.kernels._precision.SIXTEEN_BIT_COMPUTE ("fp32" copies by default; "tf32" runs the
 # kernels' own 16-bit path, whose TF32 dots on fp32 intermediates left dg and dh0 60-162x
 # outside the bf16 backward contract's bound on the H200). See that module.
+
+
+# Which backward runs after the shipped reverse scan (_state_bwd_kernel, kept in both):
+# "staged" (chunk_bwd.py: five chunk-parallel kernels, operands staged through global memory,
+# IEEE fp32 dots) or "registers" (chunk_bwd_fast.py: two kernels with register operands and
+# tf32x3 dots, opt-in until timed and verified on the device). Read at every call, like
+# FORWARD, so benchmarks/gdn.py --backward can switch it.
+BACKWARD = "staged"
+BACKWARD_CHOICES = ("staged", "registers")
+# Launch configuration of the "registers" backward: column tile width of K and V (capped by
+# their padded sizes), warps and pipeline stages (offline sm_90 figures:
+# benchmarks/results/gdn-bwd-fast-resources-cpu.json).
+FAST_BWD_BLOCK = 32
+FAST_BWD_NUM_WARPS = {"dqk_fast_bwd": 8, "wy_fast_bwd": 8}
+FAST_BWD_NUM_STAGES = {"dqk_fast_bwd": 2, "wy_fast_bwd": 2}
 
 
 def _scan_block_v(dim_k: int, dim_v: int) -> int:
@@ -337,7 +353,10 @@ def chunk_gated_delta_rule_fwd_registers(
 
 
 def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
-    """Launch the six backward kernels; returns dq, dk, dv, dg, dbeta, dh0."""
+    """Launch the backward kernels (the reverse scan, then ``BACKWARD``'s chunk-parallel
+    kernels); returns dq, dk, dv, dg, dbeta, dh0."""
+    if BACKWARD not in BACKWARD_CHOICES:
+        raise ValueError(f"BACKWARD must be one of {BACKWARD_CHOICES}, not {BACKWARD!r}")
     g_cum, a_inv, w, states, v_new, scores = saved
     batch, seq_len, heads, dim_k = q.shape
     dim_v = v.shape[-1]
@@ -382,6 +401,11 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
         num_warps=NUM_WARPS["state_bwd"],
     )
     del scaled_do
+    if BACKWARD == "registers":
+        dq, dk, dv, dg, dbeta = _chunk_bwd_registers(
+            q, k, v, g, beta, scale, saved, do, d_states, d_v_new
+        )
+        return dq, dk, dv, dg, dbeta, dh0
 
     rk = reduce_k
     rv = tile_width(dim_v, REDUCE_BLOCK)
@@ -537,6 +561,50 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
         num_warps=NUM_WARPS["gate_bwd"],
     )
     return dq, dk, dv, dg, dbeta, dh0
+
+
+def _chunk_bwd_registers(q, k, v, g, beta, scale, saved, do, d_states, d_v_new):
+    """The chunk-parallel part of the "registers" backward (chunk_bwd_fast.py): two launches
+    instead of five, after the shared reverse scan; returns dq, dk, dv, dg, dbeta."""
+    g_cum, a_inv, _, states, v_new, scores = saved
+    batch, seq_len, heads, dim_k = q.shape
+    dim_v = v.shape[-1]
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    prec = fast_precision(q.dtype)
+    padded_k = tile_width(dim_k, MAX_HEAD_DIM_K)
+    padded_v = triton.next_power_of_2(max(dim_v, 16))
+    block_k = min(padded_k, FAST_BWD_BLOCK)
+    block_v = min(padded_v, FAST_BWD_BLOCK)
+    f32 = dict(device=q.device, dtype=torch.float32)
+    grid = (num_chunks, batch * heads)
+
+    dq = torch.empty_like(q)
+    dk_part = torch.empty(batch, seq_len, heads, dim_k, **f32)
+    dw = torch.empty(batch, seq_len, heads, dim_k, **f32)
+    dg_cum = torch.empty(batch, seq_len, heads, **f32)
+    dg_last = torch.empty(batch, num_chunks, heads, **f32)
+    _dqk_fast_kernel[grid](
+        q, k, g_cum, states, d_states, v_new, d_v_new, do, scores,
+        dq, dk_part, dw, dg_cum, dg_last, seq_len, num_chunks, heads, scale,
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v, BK=block_k, BV=block_v,
+        PREC=prec,
+        num_warps=FAST_BWD_NUM_WARPS["dqk_fast_bwd"],
+        num_stages=FAST_BWD_NUM_STAGES["dqk_fast_bwd"],
+    )  # fmt: skip
+
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+    dbeta = torch.empty_like(beta)
+    dg = torch.empty_like(g)
+    _wy_fast_bwd_kernel[grid](
+        k, v, beta, g_cum, a_inv, dw, d_v_new, dk_part, dg_cum, dg_last,
+        dk, dv, dbeta, dg, seq_len, num_chunks, heads,
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v, BK=block_k, BV=block_v,
+        PREC=prec,
+        num_warps=FAST_BWD_NUM_WARPS["wy_fast_bwd"],
+        num_stages=FAST_BWD_NUM_STAGES["wy_fast_bwd"],
+    )  # fmt: skip
+    return dq, dk, dv, dg, dbeta
 
 
 class ChunkGatedDeltaRuleFunction(torch.autograd.Function):

@@ -1,0 +1,83 @@
+"""The register-resident Gated DeltaNet backward (kernels/gdn/chunk_bwd_fast.py, opt-in with
+``chunk.BACKWARD = "registers"``) against the float64 step-by-step recurrence's autograd and
+against the staged backward.
+
+Without CUDA the kernels run under the Triton interpreter, which computes every dot in fp32
+whatever its input precision: these tests check the algorithm (dS and the WY backward held
+in registers, the in-program sums over K tiles, the masks of ragged T, K and V), not the
+tf32x3 rounding, which needs the device. The offline sm_90 resources are
+benchmarks/gdn_bwd_fast_resources.py's job (minutes of compiling, not a test's).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from kernelgate.kernels.gdn import chunk as gdn_chunk
+from kernelgate.kernels.gdn import chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
+
+from . import _family as family
+from .test_gdn import FP32_TOL, GRAD_NAMES, make_inputs
+
+BACKWARD_CASES = [
+    # (B, H, K, V, T, initial_state, output_final_state, forward)
+    (1, 2, 32, 32, 200, True, True, "staged"),  # ragged last chunk (200 = 3 * 64 + 8)
+    (1, 1, 32, 32, 200, False, False, "registers"),
+    (1, 1, 64, 64, 130, True, True, "registers"),  # two K and V tiles of 32
+    (1, 1, 64, 64, 100, False, True, "staged"),
+    (1, 1, 20, 24, 70, True, True, "staged"),  # head sizes that are not powers of two
+    (2, 1, 16, 16, 1, True, False, "registers"),  # one step
+]
+
+
+def _case_id(case: tuple) -> str:
+    return "-".join(str(x) for x in case)
+
+
+@pytest.mark.parametrize("case", BACKWARD_CASES, ids=_case_id)
+def test_registers_backward_matches_float64_oracle(monkeypatch, case):
+    """Every gradient (dq, dk, dv, dg, dbeta, dh0) within the fp32 tolerance of the float64
+    recurrence's autograd, under either forward."""
+    batch, heads, dim_k, dim_v, seq_len, use_h0, final, forward = case
+    monkeypatch.setattr(gdn_chunk, "BACKWARD", "registers")
+    monkeypatch.setattr(gdn_chunk, "FORWARD", forward)
+    inputs = make_inputs(batch, seq_len, heads, dim_k, dim_v, seed=seq_len)
+    pairs = family.run_qkv_member(
+        chunk_gated_delta_rule, naive_recurrent_gated_delta_rule, GRAD_NAMES, inputs, use_h0, final
+    )
+    family.assert_within(pairs, FP32_TOL)
+
+
+def test_registers_backward_agrees_with_staged(monkeypatch):
+    """The same gradients as the staged backward on the same saved intermediates, to
+    rounding (the sums run in another order, so not bitwise), and bitwise reproducible."""
+    q, k, v, g, beta, h0 = make_inputs(1, 100, 2, 32, 24, seed=5)
+    saved = gdn_chunk.chunk_gated_delta_rule_fwd(q, k, v, g, beta, 0.3, h0, True)[2]
+    gen = torch.Generator().manual_seed(2)
+    do = torch.randn(v.shape, generator=gen)
+    dht = torch.randn(h0.shape, generator=gen)
+    got = {}
+    for path in ("staged", "registers", "registers"):
+        monkeypatch.setattr(gdn_chunk, "BACKWARD", path)
+        grads = gdn_chunk.chunk_gated_delta_rule_bwd(q, k, v, g, beta, 0.3, True, saved, do, dht)
+        if path in got:
+            for x, y in zip(grads, got[path], strict=True):
+                assert torch.equal(x, y)
+        got[path] = grads
+    for name, x, y in zip(GRAD_NAMES, got["registers"], got["staged"], strict=True):
+        assert x.shape == y.shape and x.dtype == y.dtype, name
+        assert family.rel_err(x, y) <= 1e-6, (name, family.rel_err(x, y))
+
+
+def test_unknown_backward_raises(monkeypatch):
+    monkeypatch.setattr(gdn_chunk, "BACKWARD", "fast")
+    q, k, v, g, beta, h0 = make_inputs(1, 8, 1, 16, 16)
+    saved = gdn_chunk.chunk_gated_delta_rule_fwd(q, k, v, g, beta, 0.25, h0, False)[2]
+    with pytest.raises(ValueError, match="BACKWARD"):
+        gdn_chunk.chunk_gated_delta_rule_bwd(q, k, v, g, beta, 0.25, True, saved, v, None)
