@@ -27,7 +27,11 @@ from kernelgate.kernels.gdn.chunk_bwd import (
     _wy_da_bwd_kernel,
     _wy_dkv_bwd_kernel,
 )
-from kernelgate.kernels.gdn.chunk_bwd_fast import _dqk_fast_kernel, _wy_fast_bwd_kernel
+from kernelgate.kernels.gdn.chunk_bwd_fast import (
+    _dqk_fast_kernel,
+    _wy_da_fast_kernel,
+    _wy_dkv_fast_kernel,
+)
 from kernelgate.kernels.gdn.chunk_fwd import (
     _output_fwd_kernel,
     _state_fwd_kernel,
@@ -99,7 +103,7 @@ FAST_BLOCK = {"wy_kk": 64, "wy_fast": 64, "output_fast": 32}
 
 # Which backward runs after the shipped reverse scan (_state_bwd_kernel, kept in both):
 # "staged" (chunk_bwd.py: five chunk-parallel kernels, operands staged through global memory,
-# IEEE fp32 dots) or "registers" (chunk_bwd_fast.py: two kernels with register operands and
+# IEEE fp32 dots) or "registers" (chunk_bwd_fast.py: three kernels with register operands and
 # tf32x3 dots, opt-in until timed and verified on the device). Read at every call, like
 # FORWARD, so benchmarks/gdn.py --backward can switch it.
 BACKWARD = "staged"
@@ -107,9 +111,9 @@ BACKWARD_CHOICES = ("staged", "registers")
 # Launch configuration of the "registers" backward: column tile width of K and V (capped by
 # their padded sizes), warps and pipeline stages (offline sm_90 figures:
 # benchmarks/results/gdn-bwd-fast-resources-cpu.json).
-FAST_BWD_BLOCK = 32
-FAST_BWD_NUM_WARPS = {"dqk_fast_bwd": 8, "wy_fast_bwd": 8}
-FAST_BWD_NUM_STAGES = {"dqk_fast_bwd": 2, "wy_fast_bwd": 2}
+FAST_BWD_BLOCK = {"dqk_fast": 32, "wy_da_fast": 32, "wy_dkv_fast": 32}
+FAST_BWD_NUM_WARPS = {"dqk_fast": 8, "wy_da_fast": 8, "wy_dkv_fast": 8}
+FAST_BWD_NUM_STAGES = {"dqk_fast": 1, "wy_da_fast": 1, "wy_dkv_fast": 2}
 
 
 def _scan_block_v(dim_k: int, dim_v: int) -> int:
@@ -564,7 +568,7 @@ def chunk_gated_delta_rule_bwd(q, k, v, g, beta, scale, has_initial_state, saved
 
 
 def _chunk_bwd_registers(q, k, v, g, beta, scale, saved, do, d_states, d_v_new):
-    """The chunk-parallel part of the "registers" backward (chunk_bwd_fast.py): two launches
+    """The chunk-parallel part of the "registers" backward (chunk_bwd_fast.py): three launches
     instead of five, after the shared reverse scan; returns dq, dk, dv, dg, dbeta."""
     g_cum, a_inv, _, states, v_new, scores = saved
     batch, seq_len, heads, dim_k = q.shape
@@ -573,8 +577,9 @@ def _chunk_bwd_registers(q, k, v, g, beta, scale, saved, do, d_states, d_v_new):
     prec = fast_precision(q.dtype)
     padded_k = tile_width(dim_k, MAX_HEAD_DIM_K)
     padded_v = triton.next_power_of_2(max(dim_v, 16))
-    block_k = min(padded_k, FAST_BWD_BLOCK)
-    block_v = min(padded_v, FAST_BWD_BLOCK)
+    block = {
+        name: (min(padded_k, width), min(padded_v, width)) for name, width in FAST_BWD_BLOCK.items()
+    }
     f32 = dict(device=q.device, dtype=torch.float32)
     grid = (num_chunks, batch * heads)
 
@@ -586,23 +591,33 @@ def _chunk_bwd_registers(q, k, v, g, beta, scale, saved, do, d_states, d_v_new):
     _dqk_fast_kernel[grid](
         q, k, g_cum, states, d_states, v_new, d_v_new, do, scores,
         dq, dk_part, dw, dg_cum, dg_last, seq_len, num_chunks, heads, scale,
-        K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v, BK=block_k, BV=block_v,
-        PREC=prec,
-        num_warps=FAST_BWD_NUM_WARPS["dqk_fast_bwd"],
-        num_stages=FAST_BWD_NUM_STAGES["dqk_fast_bwd"],
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v,
+        BK=block["dqk_fast"][0], BV=block["dqk_fast"][1], PREC=prec,
+        num_warps=FAST_BWD_NUM_WARPS["dqk_fast"],
+        num_stages=FAST_BWD_NUM_STAGES["dqk_fast"],
+    )  # fmt: skip
+
+    dbeta_a = torch.empty(batch, seq_len, heads, **f32)
+    dg_cum_a = torch.empty_like(dbeta_a)
+    _wy_da_fast_kernel[grid](
+        k, v, beta, g_cum, a_inv, dw, d_v_new, dk_part, dbeta_a, dg_cum_a, seq_len, heads,
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v,
+        BK=block["wy_da_fast"][0], BV=block["wy_da_fast"][1], PREC=prec,
+        num_warps=FAST_BWD_NUM_WARPS["wy_da_fast"],
+        num_stages=FAST_BWD_NUM_STAGES["wy_da_fast"],
     )  # fmt: skip
 
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     dbeta = torch.empty_like(beta)
     dg = torch.empty_like(g)
-    _wy_fast_bwd_kernel[grid](
-        k, v, beta, g_cum, a_inv, dw, d_v_new, dk_part, dg_cum, dg_last,
+    _wy_dkv_fast_kernel[grid](
+        k, v, beta, g_cum, a_inv, dw, d_v_new, dk_part, dbeta_a, dg_cum_a, dg_cum, dg_last,
         dk, dv, dbeta, dg, seq_len, num_chunks, heads,
-        K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v, BK=block_k, BV=block_v,
-        PREC=prec,
-        num_warps=FAST_BWD_NUM_WARPS["wy_fast_bwd"],
-        num_stages=FAST_BWD_NUM_STAGES["wy_fast_bwd"],
+        K=dim_k, V=dim_v, C=CHUNK_SIZE, KP=padded_k, VP=padded_v,
+        BK=block["wy_dkv_fast"][0], BV=block["wy_dkv_fast"][1], PREC=prec,
+        num_warps=FAST_BWD_NUM_WARPS["wy_dkv_fast"],
+        num_stages=FAST_BWD_NUM_STAGES["wy_dkv_fast"],
     )  # fmt: skip
     return dq, dk, dv, dg, dbeta
 
