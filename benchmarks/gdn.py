@@ -17,6 +17,8 @@ is scalar work.
 
 ``--forward registers`` times the opt-in register-resident forward (kernels/gdn/
 chunk_fwd_fast.py) instead of the shipped one; the report's ``gdn_forward`` says which ran.
+``--backward registers`` likewise times the opt-in register-resident backward (kernels/gdn/
+chunk_bwd_fast.py after the shipped reverse scan); the report's ``gdn_backward`` says which.
 """
 
 from __future__ import annotations
@@ -139,6 +141,7 @@ def environment(device_name: str, fla_version: str | None) -> dict[str, object]:
         "sixteen_bit_compute": _precision.SIXTEEN_BIT_COMPUTE,
         "fp32_dots": _precision.FP32_DOTS,
         "gdn_forward": gdn_chunk.FORWARD,
+        "gdn_backward": gdn_chunk.BACKWARD,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
@@ -201,6 +204,20 @@ def forward_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def backward_option(parser: argparse.ArgumentParser) -> None:
+    """``--backward``: which Gated DeltaNet backward runs after the shared reverse scan
+    (gdn/chunk.py's BACKWARD): the shipped "staged" kernels, or the opt-in "registers" ones
+    (kernels/gdn/chunk_bwd_fast.py: three chunk-parallel launches instead of five, register
+    operands, tf32x3 dots whatever ``--fp32-dots`` says). ``environment`` records it as
+    ``gdn_backward``."""
+    parser.add_argument(
+        "--backward",
+        choices=gdn_chunk.BACKWARD_CHOICES,
+        default=gdn_chunk.BACKWARD,
+        help="gdn.chunk.BACKWARD, the Gated DeltaNet backward (default: %(default)s)",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/gdn-h200.json")
@@ -224,9 +241,11 @@ def main() -> None:
     )
     sixteen_bit_option(parser)
     forward_option(parser)
+    backward_option(parser)
     args = parser.parse_args()
     apply_sixteen_bit(args)
     gdn_chunk.FORWARD = args.forward
+    gdn_chunk.BACKWARD = args.backward
     if args.watchdog > 0:
         faulthandler.dump_traceback_later(args.watchdog, repeat=True)
     if args.profile:

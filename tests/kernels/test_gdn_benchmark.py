@@ -64,6 +64,7 @@ def test_print_row_and_environment(bench, capsys):
     assert env["device"] == "NVIDIA H200" and env["fla_expected"] == "0.6.0"
     assert env["sixteen_bit_compute"] == "fp32"  # bf16 timings are of the fp32 copies
     assert env["gdn_forward"] == "staged"  # the shipped forward unless --forward says
+    assert env["gdn_backward"] == "staged"  # likewise the backward and --backward
     json.dumps(env)
 
 
@@ -75,3 +76,13 @@ def test_forward_option(bench):
     assert parser.parse_args(["--forward", "registers"]).forward == "registers"
     with pytest.raises(SystemExit):
         parser.parse_args(["--forward", "fast"])
+
+
+def test_backward_option(bench):
+    """--backward picks gdn.chunk.BACKWARD (default: the shipped staged backward)."""
+    parser = bench.argparse.ArgumentParser()
+    bench.backward_option(parser)
+    assert parser.parse_args([]).backward == "staged"
+    assert parser.parse_args(["--backward", "registers"]).backward == "registers"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--backward", "fast"])
