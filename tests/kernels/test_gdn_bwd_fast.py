@@ -75,6 +75,25 @@ def test_registers_backward_agrees_with_staged(monkeypatch):
         assert family.rel_err(x, y) <= 1e-6, (name, family.rel_err(x, y))
 
 
+def test_delta_rule_follows_the_setting(monkeypatch):
+    """chunk_delta_rule runs these launchers at g = 0 (and pads odd head sizes): its
+    gradients under the "registers" backward stay within 1e-5 of the float64 oracle."""
+    from kernelgate.kernels.delta_rule import chunk_delta_rule, naive_recurrent_delta_rule
+
+    from .test_delta_rule import make_inputs as delta_inputs
+
+    monkeypatch.setattr(gdn_chunk, "BACKWARD", "registers")
+    pairs = family.run_qkv_member(
+        chunk_delta_rule,
+        naive_recurrent_delta_rule,
+        ("q", "k", "v", "beta", "h0"),
+        delta_inputs(1, 90, 2, 24, 40, seed=4),
+        True,
+        True,
+    )
+    family.assert_within(pairs, FP32_TOL)
+
+
 def test_unknown_backward_raises(monkeypatch):
     monkeypatch.setattr(gdn_chunk, "BACKWARD", "fast")
     q, k, v, g, beta, h0 = make_inputs(1, 8, 1, 16, 16)
