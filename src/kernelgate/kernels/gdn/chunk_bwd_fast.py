@@ -33,15 +33,18 @@ factor is exp(fp32(G_i - G_j)) with the difference of the fp64 cumulative gates,
 staged kernels. The interpreter computes dots in fp32 whatever the precision, so CPU tests
 check the algorithm, not the TF32 rounding, which needs the device.
 
-Registers (offline sm_90, Triton 3.9 and 3.6, K = V = 128 and 64: 0 spill bytes, 138-255
+Registers (offline sm_90, Triton 3.9 and 3.6, K = V = 128 and 64: 0 spill bytes, 96-255
 registers; benchmarks/gdn_bwd_fast_resources.py, benchmarks/results/
 gdn-bwd-fast-resources-cpu.json). What got there from the first drafts' 20-400 bytes of
 spills: column tiles of 32 (64 spilled 100-1500 bytes); dS and dS^T never operands of one
 loop; the WY backward split in two kernels (in one program, Tinv^T and P' + P'^T as
 operands of the same tile loops spilled 4-200 bytes in every configuration tried); one
-pipeline stage for the two heavy kernels (two: 8-150 bytes). ``_dqk_fast_kernel`` and
-``_wy_da_fast_kernel`` sit at 244-255 registers, so ptxas's choices can move with small
-changes: rerun the resources script after any edit.
+pipeline stage for the two heavy kernels (two: 8-150 bytes); runtime loop stops
+(_RUNTIME_STOPS). ``_dqk_fast_kernel`` and ``_wy_da_fast_kernel`` sit at 249-255 registers
+(column tiles of 16: 172-246, no spills, the fallback), so ptxas's choices can move with
+small changes: rerun the resources script after any edit. Also spill-free at K = V = 256,
+32 and (K, V) = (20, 24); odd sizes (K = V = 31) spill 24-256 bytes in the two heavy
+kernels (correct, not spill-free: open work).
 """
 
 from __future__ import annotations
@@ -52,8 +55,13 @@ import triton.language as tl
 from kernelgate.kernels._tiles import batch_head, chunk_base
 from kernelgate.kernels.gdn.chunk_fwd import _decay, _load_gate_cumsum
 
+# _RUNTIME_STOPS: the tile loops stop at KP / VP (K and V padded to powers of two), runtime
+# values, never constexprs. As constexprs, a head size of one tile (K = V <= 32) folded each
+# loop into a bare dot and spilled on sm_90 (_wy_da_fast_kernel 36-256 bytes at K = V = 31 and
+# 32, _dqk_fast_kernel 56-144 at 31), the effect chunk_bwd.py's _NO_SPECIALIZE describes.
 
-@triton.jit(do_not_specialize=["T", "NT", "H"])
+
+@triton.jit(do_not_specialize=["T", "NT", "H", "KP", "VP"])  # see _RUNTIME_STOPS
 def _dqk_fast_kernel(
     q_ptr,
     k_ptr,
@@ -76,8 +84,8 @@ def _dqk_fast_kernel(
     K: tl.constexpr,
     V: tl.constexpr,
     C: tl.constexpr,
-    KP: tl.constexpr,
-    VP: tl.constexpr,
+    KP,
+    VP,  # runtime loop stops: see the decorator
     BK: tl.constexpr,
     BV: tl.constexpr,
     PREC: tl.constexpr,
@@ -175,7 +183,7 @@ def _dqk_fast_kernel(
     tl.store(dglast_ptr + (i_b * NT + i_n) * H + i_h, tl.sum(d_glast, axis=0))
 
 
-@triton.jit(do_not_specialize=["T", "H"])
+@triton.jit(do_not_specialize=["T", "H", "KP", "VP"])  # see _RUNTIME_STOPS
 def _wy_da_fast_kernel(
     k_ptr,
     v_ptr,
@@ -192,8 +200,8 @@ def _wy_da_fast_kernel(
     K: tl.constexpr,
     V: tl.constexpr,
     C: tl.constexpr,
-    KP: tl.constexpr,
-    VP: tl.constexpr,
+    KP,
+    VP,  # runtime loop stops: see the decorator
     BK: tl.constexpr,
     BV: tl.constexpr,
     PREC: tl.constexpr,
@@ -267,7 +275,7 @@ def _wy_da_fast_kernel(
     tl.store(dgcum_a_ptr + chunk_row + o_c * H, d_gcum, mask=m_t)
 
 
-@triton.jit(do_not_specialize=["T", "NT", "H"])
+@triton.jit(do_not_specialize=["T", "NT", "H", "KP", "VP"])  # see _RUNTIME_STOPS
 def _wy_dkv_fast_kernel(
     k_ptr,
     v_ptr,
@@ -291,8 +299,8 @@ def _wy_dkv_fast_kernel(
     K: tl.constexpr,
     V: tl.constexpr,
     C: tl.constexpr,
-    KP: tl.constexpr,
-    VP: tl.constexpr,
+    KP,
+    VP,  # runtime loop stops: see the decorator
     BK: tl.constexpr,
     BV: tl.constexpr,
     PREC: tl.constexpr,
