@@ -12,6 +12,10 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +84,95 @@ def resource_text(row: dict[str, Any], error_chars: int = 200) -> str:
         + ("" if row["fits_shared"] else " (over 227 KiB)")
         + (f" ERROR {str(row['error'])[:error_chars]}" if row["error"] else "")
     )
+
+
+def head_sizes(dims: list[str]) -> list[tuple[int, int]]:
+    """(K, V) of each ``--dims`` entry, "K" (V = K) or "K:V"."""
+    out = []
+    for text in dims:
+        dim_k, _, dim_v = text.partition(":")
+        out.append((int(dim_k), int(dim_v or dim_k)))
+    return out
+
+
+def interpreter_launch_counts(call: Callable[[], None]) -> Counter[str]:
+    """Kernel launches by name while ``call`` runs under TRITON_INTERPRET=1, counted at the
+    interpreter's launch entry point (restored afterwards, whatever ``call`` raises)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    counts: Counter[str] = Counter()
+    original_run = InterpretedFunction.run
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counts[self.fn.__name__] += 1
+        return original_run(self, *args, **kwargs)
+
+    InterpretedFunction.run = run
+    try:
+        call()
+    finally:
+        InterpretedFunction.run = original_run
+    return counts
+
+
+def record_interpreter_launches(call: Callable[[], None], names: set[str]) -> list[dict]:
+    """The launch records (kernelgate.sandbox.resources.LaunchRecorder) of the kernels
+    ``names`` while ``call`` runs under the interpreter: what compile_offline compiles."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from kernelgate.sandbox.resources import LaunchRecorder
+
+    recorder = LaunchRecorder()
+    original_run = InterpretedFunction.run
+    recorder.install(interpreter=True)
+    try:
+        call()
+        return [
+            r
+            for r in recorder.drain()
+            if r.get("backend") == "triton-interpreter" and r["name"] in names
+        ]
+    finally:
+        InterpretedFunction.run = original_run
+
+
+def compile_configs(
+    pairs: list[tuple[str, dict]],
+    candidate: Path,
+    triton36: str | None,
+    describe: Callable[[dict], dict[str, Any]],
+    line: Callable[[dict[str, Any]], str],
+) -> dict[str, Any]:
+    """The ``compile`` block of a resources JSON: every (config name, launch record) of
+    ``pairs`` compiled offline with the installed Triton and ``triton36`` (in parallel, one
+    process each), a row a kernel (``describe`` of its record, then ``resource_fields``),
+    printed as ``line(row)`` and its figures, and whether the "default" config is spill-free
+    and within shared memory under every Triton."""
+    records = [r for _, r in pairs]
+    rows: list[dict[str, Any]] = []
+    timings: dict[str, float] = {}
+
+    def one(site: str | None) -> tuple[str, list[dict], float]:
+        started = time.monotonic()
+        version, results = compile_offline(records, candidate, site)
+        return version, results, time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        compiled = list(pool.map(one, triton_sites(triton36)))
+    for version, results, seconds in compiled:
+        timings[version] = round(seconds, 1)
+        for (config, record), res in zip(pairs, results, strict=True):
+            row = {"triton": version, "config": config, **describe(record)}
+            row |= resource_fields(res)
+            rows.append(row)
+            print(f"triton {version:6} {line(row)} {resource_text(row, 300)}", flush=True)
+    defaults_ok = all(
+        not r["spills"] and r["fits_shared"] for r in rows if r["config"] == "default"
+    )
+    print(f"default configuration spill-free and within shared memory: {defaults_ok}")
+    return {
+        "compile_seconds": timings,
+        "tritons": sorted(timings),
+        "default_config_spill_free_and_fits": defaults_ok,
+        "rows": rows,
+    }

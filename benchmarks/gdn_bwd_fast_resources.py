@@ -30,10 +30,7 @@ import datetime as dt
 import json
 import os
 import sys
-import time
-from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +47,14 @@ except ImportError:  # run from a checkout without installing it
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _offline_compile import (  # noqa: E402
-    compile_offline,
-    resource_fields,
-    resource_text,
-    triton_sites,
+    compile_configs,
+    head_sizes,
+    interpreter_launch_counts,
+    record_interpreter_launches,
 )
 
 from kernelgate.kernels.gdn import chunk as gdn_chunk  # noqa: E402
 from kernelgate.kernels.gdn import chunk_gated_delta_rule  # noqa: E402
-from kernelgate.sandbox.resources import LaunchRecorder  # noqa: E402
 
 FAST_KERNELS = ("_dqk_fast_kernel", "_wy_da_fast_kernel", "_wy_dkv_fast_kernel")
 FORWARD_KERNELS = (
@@ -126,32 +122,14 @@ def settings(
 def count_launches(path: str, dims: int = 32) -> dict[str, Any]:
     """Kernel launches of one backward call (T = 130, initial state, final state) of the
     ``path`` backward, by kernel name; the forward's launches are left out."""
-    from triton.runtime.interpreter import InterpretedFunction
 
-    counts: Counter[str] = Counter()
-    original_run = InterpretedFunction.run
-
-    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        counts[self.fn.__name__] += 1
-        return original_run(self, *args, **kwargs)
-
-    InterpretedFunction.run = run
-    try:
+    def call() -> None:
         with settings(path):
             forward_backward(130, 2, dims, dims)
-    finally:
-        InterpretedFunction.run = original_run
+
+    counts = interpreter_launch_counts(call)
     by_kernel = {name: n for name, n in counts.items() if name not in FORWARD_KERNELS}
     return {"launches": sum(by_kernel.values()), "by_kernel": by_kernel}
-
-
-def head_sizes(dims: list[str]) -> list[tuple[int, int]]:
-    """(K, V) of each ``--dims`` entry, "K" (V = K) or "K:V"."""
-    out = []
-    for text in dims:
-        dim_k, _, dim_v = text.partition(":")
-        out.append((int(dim_k), int(dim_v or dim_k)))
-    return out
 
 
 def record_fast_launches(
@@ -159,25 +137,15 @@ def record_fast_launches(
 ) -> list[tuple[str, dict]]:
     """(config name, record) for every distinct specialization of the new kernels over the
     cases and ``configs`` (the defaults first)."""
-    from triton.runtime.interpreter import InterpretedFunction
-
     out: list[tuple[str, dict]] = []
     for name, warps, stages, blocks in configs:
-        recorder = LaunchRecorder()
-        original_run = InterpretedFunction.run
-        recorder.install(interpreter=True)
-        try:
+
+        def call(warps=warps, stages=stages, blocks=blocks) -> None:
             with settings("registers", warps, stages, blocks):
                 for dim_k, dim_v in dims:
                     forward_backward(70, 2, dim_k, dim_v)
-            records = [
-                r
-                for r in recorder.drain()
-                if r.get("backend") == "triton-interpreter" and r["name"] in FAST_KERNELS
-            ]
-        finally:
-            InterpretedFunction.run = original_run
-        out.extend((name, r) for r in records)
+
+        out.extend((name, r) for r in record_interpreter_launches(call, FAST_KERNELS))
     return out
 
 
@@ -230,40 +198,16 @@ def main() -> None:
         },
     }
     pairs = record_fast_launches(head_sizes(args.dims), configs)
-    records = [r for _, r in pairs]
-    rows: list[dict[str, Any]] = []
-    timings: dict[str, float] = {}
-
-    def one(site: str | None) -> tuple[str, list[dict], float]:
-        started = time.monotonic()
-        version, results = compile_offline(records, CANDIDATE, site)
-        return version, results, time.monotonic() - started
-
-    # the two installations compile in parallel (two processes, one core each)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        compiled = list(pool.map(one, triton_sites(args.triton36)))
-    for version, results, seconds in compiled:
-        timings[version] = round(seconds, 1)
-        for (config, record), res in zip(pairs, results, strict=True):
-            row = {"triton": version, "config": config, **describe(record)}
-            row |= resource_fields(res)
-            rows.append(row)
-            print(
-                f"triton {version:6} {config:20} {row['kernel']:20} K={row['K']} V={row['V']} "
-                f"warps={row['num_warps']} stages={row['num_stages']} "
-                + resource_text(row, error_chars=300),
-                flush=True,
-            )
-    defaults_ok = all(
-        not r["spills"] and r["fits_shared"] for r in rows if r["config"] == "default"
+    report["compile"] = compile_configs(
+        pairs,
+        CANDIDATE,
+        args.triton36,
+        describe,
+        lambda row: (
+            f"{row['config']:20} {row['kernel']:20} K={row['K']} V={row['V']} "
+            f"warps={row['num_warps']} stages={row['num_stages']}"
+        ),
     )
-    report["compile"] = {
-        "compile_seconds": timings,
-        "tritons": sorted(timings),
-        "default_config_spill_free_and_fits": defaults_ok,
-        "rows": rows,
-    }
-    print(f"default configuration spill-free and within shared memory: {defaults_ok}")
     print(json.dumps(report["launches_per_backward"]))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -32,10 +32,7 @@ import datetime as dt
 import json
 import os
 import sys
-import time
-from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +49,14 @@ except ImportError:  # run from a checkout without installing it
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _offline_compile import (  # noqa: E402
-    compile_offline,
-    resource_fields,
-    resource_text,
-    triton_sites,
+    compile_configs,
+    head_sizes,
+    interpreter_launch_counts,
+    record_interpreter_launches,
 )
 
 from kernelgate.kernels.gdn import chunk as gdn_chunk  # noqa: E402
 from kernelgate.kernels.gdn import chunk_gated_delta_rule  # noqa: E402
-from kernelgate.sandbox.resources import LaunchRecorder  # noqa: E402
 
 FAST_KERNELS = ("_wy_fast_kernel", "_scan_fast_kernel", "_output_fast_kernel")
 CANDIDATE = ROOT / "examples" / "gdn" / "candidate.py"  # imports kernelgate.kernels.gdn
@@ -128,32 +124,14 @@ def launch_config(
 def count_launches(path: str, dims: int = 32) -> dict[str, Any]:
     """Kernel launches of one forward call (T = 130, initial state in, final state out) of
     the ``path`` forward, by kernel name, counted at the interpreter's launch entry point."""
-    from triton.runtime.interpreter import InterpretedFunction
 
-    counts: Counter[str] = Counter()
-    original_run = InterpretedFunction.run
-
-    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        counts[self.fn.__name__] += 1
-        return original_run(self, *args, **kwargs)
-
-    InterpretedFunction.run = run
-    try:
+    def call() -> None:
         q, k, v, g, beta, h0 = make_inputs(130, 2, dims, dims, True)
         with forward_path(path), torch.no_grad():
             chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)
-    finally:
-        InterpretedFunction.run = original_run
+
+    counts = interpreter_launch_counts(call)
     return {"launches": sum(counts.values()), "by_kernel": dict(counts)}
-
-
-def head_sizes(dims: list[str]) -> list[tuple[int, int]]:
-    """(K, V) of each ``--dims`` entry, "K" (V = K) or "K:V"."""
-    out = []
-    for text in dims:
-        dim_k, _, dim_v = text.partition(":")
-        out.append((int(dim_k), int(dim_v or dim_k)))
-    return out
 
 
 def record_fast_launches(
@@ -161,14 +139,10 @@ def record_fast_launches(
 ) -> list[tuple[str, dict]]:
     """(config name, record) for every distinct specialization of the new kernels over the
     cases and ``configs`` (the defaults first)."""
-    from triton.runtime.interpreter import InterpretedFunction
-
     out: list[tuple[str, dict]] = []
     for name, warps, stages, scan_v, blocks in configs:
-        recorder = LaunchRecorder()
-        original_run = InterpretedFunction.run
-        recorder.install(interpreter=True)
-        try:
+
+        def call(warps=warps, stages=stages, scan_v=scan_v, blocks=blocks) -> None:
             with forward_path("registers"), launch_config(warps, stages, scan_v, blocks):
                 for dim_k, dim_v in dims:
                     for with_h0 in (True, False):
@@ -177,14 +151,8 @@ def record_fast_launches(
                             chunk_gated_delta_rule(
                                 q, k, v, g, beta, initial_state=h0, output_final_state=with_h0
                             )
-            records = [
-                r
-                for r in recorder.drain()
-                if r.get("backend") == "triton-interpreter" and r["name"] in FAST_KERNELS
-            ]
-        finally:
-            InterpretedFunction.run = original_run
-        out.extend((name, r) for r in records)
+
+        out.extend((name, r) for r in record_interpreter_launches(call, FAST_KERNELS))
     return out
 
 
@@ -243,40 +211,16 @@ def main() -> None:
         },
     }
     pairs = record_fast_launches(head_sizes(args.dims), configs)
-    records = [r for _, r in pairs]
-    rows: list[dict[str, Any]] = []
-    timings: dict[str, float] = {}
-
-    def one(site: str | None) -> tuple[str, list[dict], float]:
-        started = time.monotonic()
-        version, results = compile_offline(records, CANDIDATE, site)
-        return version, results, time.monotonic() - started
-
-    # the two installations compile in parallel (two processes, one core each)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        compiled = list(pool.map(one, triton_sites(args.triton36)))
-    for version, results, seconds in compiled:
-        timings[version] = round(seconds, 1)
-        for (config, record), res in zip(pairs, results, strict=True):
-            row = {"triton": version, "config": config, **describe(record)}
-            row |= resource_fields(res)
-            rows.append(row)
-            print(
-                f"triton {version:6} {config:12} {row['kernel']:20} K={row['K']} V={row['V']} "
-                f"h0={row.get('HAS_H0')} warps={row['num_warps']} stages={row['num_stages']} "
-                + resource_text(row, error_chars=300),
-                flush=True,
-            )
-    defaults_ok = all(
-        not r["spills"] and r["fits_shared"] for r in rows if r["config"] == "default"
+    report["compile"] = compile_configs(
+        pairs,
+        CANDIDATE,
+        args.triton36,
+        describe,
+        lambda row: (
+            f"{row['config']:12} {row['kernel']:20} K={row['K']} V={row['V']} "
+            f"h0={row.get('HAS_H0')} warps={row['num_warps']} stages={row['num_stages']}"
+        ),
     )
-    report["compile"] = {
-        "compile_seconds": timings,
-        "tritons": sorted(timings),
-        "default_config_spill_free_and_fits": defaults_ok,
-        "rows": rows,
-    }
-    print(f"default configuration spill-free and within shared memory: {defaults_ok}")
     print(json.dumps(report["launches_per_forward"]))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
