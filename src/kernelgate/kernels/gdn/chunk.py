@@ -295,6 +295,18 @@ def fast_num_warps(name: str, dim_k: int) -> int:
     return 4 if padded_k == dim_k else 8
 
 
+def fast_tiles(
+    dim_k: int, dim_v: int, widths: dict[str, int]
+) -> tuple[int, int, dict[str, tuple[int, int]]]:
+    """(KP, VP, tiles) of the "registers" kernels: K and V padded to the powers of two their
+    tiles cover, and each named (K, V) column tile of ``widths`` capped by them. One rule for
+    the forward's FAST_BLOCK and the backward's FAST_BWD_BLOCK."""
+    padded_k = tile_width(dim_k, MAX_HEAD_DIM_K)
+    padded_v = triton.next_power_of_2(max(dim_v, 16))
+    tiles = {name: (min(padded_k, width), min(padded_v, width)) for name, width in widths.items()}
+    return padded_k, padded_v, tiles
+
+
 def fast_precision(dtype: torch.dtype) -> str:
     """The dot precision of the "registers" forward: tf32x3 for fp32 inputs (IEEE with
     register operands spills on sm_90, chunk_fwd.py); TF32 for 16-bit inputs, whose values
@@ -311,11 +323,7 @@ def chunk_gated_delta_rule_fwd_registers(
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = fast_precision(q.dtype)
-    padded_k = tile_width(dim_k, MAX_HEAD_DIM_K)
-    padded_v = triton.next_power_of_2(max(dim_v, 16))
-    block = {
-        name: (min(padded_k, width), min(padded_v, width)) for name, width in FAST_BLOCK.items()
-    }
+    padded_k, padded_v, block = fast_tiles(dim_k, dim_v, FAST_BLOCK)
     f32 = dict(device=q.device, dtype=torch.float32)
 
     g_cum = torch.empty(batch, seq_len, heads, device=q.device, dtype=torch.float64)
@@ -575,11 +583,7 @@ def _chunk_bwd_registers(q, k, v, g, beta, scale, saved, do, d_states, d_v_new):
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = fast_precision(q.dtype)
-    padded_k = tile_width(dim_k, MAX_HEAD_DIM_K)
-    padded_v = triton.next_power_of_2(max(dim_v, 16))
-    block = {
-        name: (min(padded_k, width), min(padded_v, width)) for name, width in FAST_BWD_BLOCK.items()
-    }
+    padded_k, padded_v, block = fast_tiles(dim_k, dim_v, FAST_BWD_BLOCK)
     f32 = dict(device=q.device, dtype=torch.float32)
     grid = (num_chunks, batch * heads)
 
