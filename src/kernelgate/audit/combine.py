@@ -134,8 +134,9 @@ class CombinedAudit(Serializable):
 # -- reading ---------------------------------------------------------------------------------
 
 
-def load_summary(folder: Path) -> dict[str, Any]:
-    """An audit folder's summary.json, checked for what the combined figures read.
+def load_summary(folder: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """An audit folder's summary.json, checked for what the combined figures read, and each
+    of its gates' kind (``_gate_kinds``, which the check computes anyway).
 
     Each check raises ``CombineError`` naming the folder and what is wrong, so that a
     wrong folder on the command line reads as such and never as a traceback.
@@ -170,8 +171,7 @@ def load_summary(folder: Path) -> dict[str, Any]:
         )
     if not isinstance(summary.get("settings", {}), dict):
         raise CombineError(f"{where}: 'settings' is not an object")
-    _gate_kinds(where, summary)
-    return summary
+    return summary, _gate_kinds(where, summary)
 
 
 def _check_row(where: Path, index: int, row: Any) -> None:
@@ -263,10 +263,9 @@ def _pair(row: dict[str, Any]) -> tuple[Any, ...] | None:
     return (inputs["reference"], inputs["candidate"], inputs.get("problem"))
 
 
-def _part(name: str, folder: Path, summary: dict[str, Any]) -> AuditPart:
+def _part(name: str, folder: Path, summary: dict[str, Any], kinds: dict[str, str]) -> AuditPart:
     rows = summary["rows"]
     settings = summary.get("settings") or {}
-    kinds = _gate_kinds(folder / SUMMARY_NAME, summary)
     current = _current(rows)
     reused = reused_summary(rows)
     throughput = summary.get("throughput") or {}
@@ -353,17 +352,18 @@ def combine(folders: list[Path]) -> CombinedAudit:
     """The combined document over the audits in ``folders`` (read, checked, never written)."""
     if not folders:
         raise CombineError("no audit folder given")
-    summaries = [load_summary(folder) for folder in folders]
+    loaded = [load_summary(folder) for folder in folders]
+    summaries = [summary for summary, _ in loaded]
     _same_audit_twice(folders, summaries)
     names = _names(folders, summaries)
     parts = [
-        _part(name, folder, summary)
-        for name, folder, summary in zip(names, folders, summaries, strict=True)
+        _part(name, folder, summary, audit_kinds)
+        for name, folder, (summary, audit_kinds) in zip(names, folders, loaded, strict=True)
     ]
     rows = [row for summary in summaries for row in summary["rows"]]
     kinds: dict[str, str] = {}
-    for folder, summary in zip(folders, summaries, strict=True):
-        for gate, kind in _gate_kinds(folder / SUMMARY_NAME, summary).items():
+    for folder, (_, audit_kinds) in zip(folders, loaded, strict=True):
+        for gate, kind in audit_kinds.items():
             if kinds.setdefault(gate, kind) != kind:
                 raise CombineError(f"{folder}: gate {gate} is {kind} there, {kinds[gate]} before")
     current = _current(rows)
