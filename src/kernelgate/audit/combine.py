@@ -428,21 +428,20 @@ def _distinct_pairs(names: list[str], summaries: list[dict[str, Any]]) -> dict[s
     they judged, and how many pairs occur in more than one audit; None where no row does
     (then nothing says which records share a pair, and nothing is guessed)."""
     audits_of: dict[tuple[Any, ...], set[str]] = {}
-    without = 0
+    with_digest = without = 0
     for name, summary in zip(names, summaries, strict=True):
         for row in summary["rows"]:
             pair = _pair(row)
             if pair is None:
                 without += row["verdict"] != "unreadable"
             else:
+                with_digest += 1
                 audits_of.setdefault(pair, set()).add(name)
     if not audits_of:
         return None
     return {
         "distinct": len(audits_of),
-        "rows_with_digest": sum(
-            1 for summary in summaries for row in summary["rows"] if _pair(row) is not None
-        ),
+        "rows_with_digest": with_digest,
         # rows that were read and judged (or reused) but record no digest: an older store
         "rows_without_digest": without,
         "in_more_than_one_audit": sum(1 for audits in audits_of.values() if len(audits) > 1),
