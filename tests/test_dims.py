@@ -3,6 +3,7 @@ sizes that shape only parameters, and CMP-03 spreading its shapes over every var
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import kernelgate
 from kernelgate.contract.derive import (
@@ -253,6 +255,64 @@ def test_time_limits_nest_and_wait_for_imports(tmp_path: Path) -> None:
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("slow_import_module", None)
+
+
+class _SpinningManager:
+    """A context manager whose ``__enter__`` or ``__exit__`` outlasts the time limit, as
+    ``torch.no_grad().__exit__`` can when the limit falls inside it."""
+
+    def __init__(self, spin_in: str, seconds: float = 0.3) -> None:
+        self.spin_in, self.seconds = spin_in, seconds
+        self.entered = self.exited = False
+
+    def _spin(self, where: str) -> None:
+        if where == self.spin_in:
+            started = time.monotonic()
+            while time.monotonic() - started < self.seconds:
+                pass
+
+    def __enter__(self) -> _SpinningManager:
+        self._spin("enter")
+        self.entered = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._spin("exit")
+        self.exited = True
+
+
+@pytest.mark.parametrize("spin_in", ["enter", "exit"])
+def test_a_time_limit_waits_for_enter_and_exit_to_return(spin_in: str) -> None:
+    manager = _SpinningManager(spin_in)
+    with contextlib.suppress(footprint.Expired), footprint.time_limit(0.05), manager:
+        pass
+    assert manager.entered and manager.exited  # neither method was cut off half way
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
+def test_a_time_limit_waits_for_exit_only_so_long() -> None:
+    manager = _SpinningManager("exit", seconds=5.0)
+    started = time.monotonic()
+    with pytest.raises(footprint.Expired), footprint.time_limit(0.05), manager:
+        pass
+    assert time.monotonic() - started < 0.05 + footprint.TRANSITION_WAIT_SECONDS + 1.0
+    assert not manager.exited and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
+def test_a_time_limit_never_leaves_grad_mode_off() -> None:
+    """Limits that expire around ``torch.no_grad()``'s exit (2 of 200 left grad mode off
+    before the limit waited for ``__exit__``)."""
+    left_off = 0
+    for attempt in range(200):
+        limit = footprint.time_limit(0.001 + (attempt % 20) * 1e-5)
+        with contextlib.suppress(footprint.Expired), limit, torch.no_grad():
+            started = time.monotonic()
+            while time.monotonic() - started < 0.001:
+                pass
+        if not torch.is_grad_enabled():
+            left_off += 1
+            torch.set_grad_enabled(True)
+    assert left_off == 0
 
 
 def _contract(dims: list[Dim], inputs: list[list[str | int]], outputs: list[list[str | int]]):

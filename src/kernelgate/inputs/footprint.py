@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +35,8 @@ FLOPS_PER_CAPPED_ELEMENT = 1024  # the flop limit's floor, per element of the ca
 FOOTPRINT_SECONDS = 30.0  # meta-device measuring per gate run
 IMPORT_GRACE_SECONDS = 0.05  # a limit that falls inside an import is retried this much later
 REARM_SECONDS = 0.05  # an expiry that was swallowed is raised again this much later
+TRANSITION_GRACE_SECONDS = 0.01  # an expiry that falls inside __enter__/__exit__ waits this much
+TRANSITION_WAIT_SECONDS = 1.0  # ... at most this long past the limit in all, then it is raised
 
 
 class Expired(BaseException):
@@ -53,20 +56,45 @@ def _importing(frame: Any) -> bool:
     return False
 
 
+def _in_transition(frame: Any, owner: Any) -> bool:
+    """Whether ``frame`` runs inside a context manager's ``__enter__`` or ``__exit__`` below
+    ``owner`` (the frame of the ``with time_limit(...)`` statement). An exception raised
+    there skips the rest of that method: ``torch.no_grad().__exit__`` cut off leaves grad
+    mode off for the whole process, an ``__enter__`` cut off after its change is never
+    undone, and this limit's own ``finally`` cut off leaves the timer armed."""
+    while frame is not None and frame is not owner:
+        if frame.f_code.co_name in ("__enter__", "__exit__"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
     """Raise ``Expired`` in the block after ``seconds``: in the main thread only, where
     signals arrive; elsewhere the block runs without a limit. Nests: inside another limit
     the block gets the smaller of the two, and the outer limit runs on afterwards. Never
     inside an import: the limit waits for it to finish (a module whose import was cut off
-    stays half-initialised in ``sys.modules``, and every later use of it fails)."""
+    stays half-initialised in ``sys.modules``, and every later use of it fails). Nor inside
+    a context manager's ``__enter__`` or ``__exit__``: the limit waits for it to return (at
+    most ``TRANSITION_WAIT_SECONDS``), so that state those methods set and restore, grad
+    mode above all, is never left half changed."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    owner = sys._getframe(2)  # this generator <- contextlib's __enter__ <- the with statement
+
+    ended = False
 
     def expire(signum: int, frame: Any) -> None:
+        if ended:  # delivered late, after the block ended: arm nothing, raise nothing
+            return
         if _importing(frame):  # an import cut off leaves its module half made, for good
             signal.setitimer(signal.ITIMER_REAL, IMPORT_GRACE_SECONDS)
+            return
+        overdue = time.monotonic() - started - limit
+        if overdue < TRANSITION_WAIT_SECONDS and _in_transition(frame, owner):
+            signal.setitimer(signal.ITIMER_REAL, TRANSITION_GRACE_SECONDS)
             return
         # Raised inside a garbage-collector callback or a ``__del__`` (hypothesis installs
         # one), the exception is printed and dropped: until the block ends, raise it again.
@@ -76,11 +104,13 @@ def time_limit(seconds: float) -> Iterator[None]:
     outer_left = signal.getitimer(signal.ITIMER_REAL)[0]  # 0.0: no limit outside
     started = time.monotonic()
     own = max(seconds, 1e-3)
+    limit = min(own, outer_left) if outer_left > 0 else own
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, min(own, outer_left) if outer_left > 0 else own)
+    signal.setitimer(signal.ITIMER_REAL, limit)
     try:
         yield
     finally:
+        ended = True  # first: a signal already pending when the timer stops still runs expire
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         if outer_left > 0:
