@@ -155,12 +155,14 @@ def records_from_evidence(path: Path) -> list[dict]:
     kernel specialization the judge compiled, to compile again with another Triton."""
     import inspect
 
-    from kernelgate.kernels.gdn import chunk_bwd, chunk_fwd
+    from kernelgate.kernels.gdn import chunk_bwd, chunk_bwd_fast, chunk_fwd, chunk_fwd_fast
 
+    # the staged kernels and the register-resident ones (a verdict of candidate_registers.py)
+    modules = (chunk_bwd, chunk_fwd, chunk_bwd_fast, chunk_fwd_fast)
     gate = next(g for g in json.loads(path.read_text())["gates"] if g["id"] == "RES-02")
     records = []
     for kernel in gate["evidence"]["kernels"]:
-        jit = getattr(chunk_bwd, kernel["name"], None) or getattr(chunk_fwd, kernel["name"])
+        jit = next(getattr(m, kernel["name"]) for m in modules if hasattr(m, kernel["name"]))
         records.append(
             {
                 "backend": "triton-interpreter",

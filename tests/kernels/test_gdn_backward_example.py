@@ -1,18 +1,17 @@
-"""The Gated DeltaNet backward example (examples/gdn_backward/): the candidate's gradients
+"""The Gated DeltaNet backward example (examples/gdn_backward/): each candidate's gradients
 against the reference's, defects rejected by CMP-01, and (GPU) the twelve gates.
 
-Without CUDA the kernels run under the Triton interpreter (fp32 only). The full CPU verify of
-the example takes minutes, so it is not run here; see examples/gdn_backward/README.md.
+Two candidates: candidate.py (the default, "staged" kernels) and candidate_registers.py
+(chunk.FORWARD = chunk.BACKWARD = "registers", opt-in until the gates verify it). Without
+CUDA the kernels run under the Triton interpreter (fp32 only). The full CPU verify of the
+example takes minutes (200-440 s), so it is not run here; see examples/gdn_backward/README.md.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,11 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from kernelgate.kernels.gdn import chunk as gdn_chunk
+
+from ._example import CANDIDATES, counting_calls, evidence_folder
+from ._example import load as _load
+from ._example import verify as _verify
 from ._measure import ensemble_ratio, rel_err, tf32_create_dot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,15 +33,6 @@ GRAD_NAMES = ("dq", "dk", "dv", "dg", "dbeta", "dh0")
 FP32_TOL = 1e-5
 # Where the GPU test writes its verdicts' evidence (a folder), when set.
 EVIDENCE_ENV = "KERNELGATE_GDN_BWD_EVIDENCE"
-
-
-def _load(path: Path, name: str):
-    """The module at ``path`` (examples are files, not packages)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _inputs(batch, seq_len, heads, dim_k, dim_v, seed, device="cpu"):
@@ -52,17 +47,18 @@ def _inputs(batch, seq_len, heads, dim_k, dim_v, seed, device="cpu"):
     return [x.to(device) for x in reference.get_inputs()]
 
 
+@pytest.mark.parametrize("path", list(CANDIDATES))
 @pytest.mark.parametrize(
     "shape",
     [(1, 70, 2, 16, 16), (2, 17, 1, 20, 24), (1, 130, 1, 32, 16)],
     ids=lambda s: "B{}T{}H{}K{}V{}".format(*s),
 )
-def test_candidate_gradients_match_float64_reference(shape):
+def test_candidate_gradients_match_float64_reference(shape, path):
     """Every gradient of the candidate (fp32 kernels) within 1e-5 relative error of the
     reference's float64 autograd of the recurrence, on the same input values; the candidate
     leaves its inputs untouched and returns fresh tensors of the inputs' dtypes."""
     reference = _load(EXAMPLE / "reference.py", "gdn_bwd_reference").Model()
-    candidate = _load(EXAMPLE / "candidate.py", "gdn_bwd_candidate").ModelNew()
+    candidate = _load(EXAMPLE / CANDIDATES[path], f"gdn_bwd_candidate_{path}").ModelNew()
     inputs = _inputs(*shape, seed=sum(shape))
     before = [x.clone() for x in inputs]
     with torch.no_grad():  # as the judge calls both
@@ -82,6 +78,27 @@ def test_candidate_gradients_match_float64_reference(shape):
     assert not storages & {g.untyped_storage().data_ptr() for g in got}
 
 
+def test_registers_candidate_runs_the_registers_paths_and_restores_the_defaults(monkeypatch):
+    """candidate_registers.py runs the register-resident forward and backward once per call
+    (the staged candidate neither), and leaves chunk.FORWARD and chunk.BACKWARD as it found
+    them, so that the gates judge the path it names whatever the defaults are."""
+    names = ("chunk_gated_delta_rule_fwd_registers", "_chunk_bwd_registers")
+    inputs = _inputs(1, 20, 1, 16, 16, seed=5)
+    # (candidate, the defaults when it is called, calls of each registers launcher)
+    for path, default, expected in (
+        ("registers", "staged", 1),
+        ("registers", "registers", 1),
+        ("staged", "staged", 0),  # candidate.py follows the defaults, as it always has
+    ):
+        candidate = _load(EXAMPLE / CANDIDATES[path], f"gdn_bwd_candidate_{path}").ModelNew()
+        monkeypatch.setattr(gdn_chunk, "FORWARD", default)
+        monkeypatch.setattr(gdn_chunk, "BACKWARD", default)
+        with counting_calls(monkeypatch, gdn_chunk, names) as counts, torch.no_grad():
+            candidate(*inputs)
+        assert counts == dict.fromkeys(names, expected), (path, default, counts)
+        assert (default, default) == (gdn_chunk.FORWARD, gdn_chunk.BACKWARD), path
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode: emulates the device's dots")
 def test_bf16_fp32_gradients_within_the_honest_bound_with_tf32_dots(monkeypatch):
     """The bf16 contract's fp32 outputs dg and dh0 against its ensemble bound, 16 x (the
@@ -89,7 +106,9 @@ def test_bf16_fp32_gradients_within_the_honest_bound_with_tf32_dots(monkeypatch)
     compute), with the interpreter's dots rounding their operands as the device's TF32 does.
     The kernels' 16-bit path used TF32 dots on fp32 intermediates: 56-98x the bound for dg and
     63-110x for dh0 here (60-160x and 115x on the H200). Computing 16-bit inputs as fp32 copies
-    (IEEE dots), they are below 0.25x (benchmarks/gdn_bwd_dot_precision.py has the table)."""
+    (IEEE dots), they are below 0.25x (benchmarks/gdn_bwd_dot_precision.py has the table).
+    candidate.py only: this emulation rounds every non-IEEE dot as TF32, which would judge
+    candidate_registers.py's tf32x3 dots (about fp32) as plain TF32."""
     from triton.runtime import interpreter
 
     monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", tf32_create_dot)
@@ -122,22 +141,6 @@ def _tiny_contract(tmp_path: Path) -> Path:
     return path
 
 
-def _verify(*args: str, timeout: float) -> tuple[dict, str]:
-    """``kernelgate verify ... --json`` in its own process, from the repository root."""
-    out = Path(args[-1])
-    done = subprocess.run(
-        [sys.executable, "-m", "kernelgate.cli", "verify", *args[:-1], "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "200"},
-        check=False,
-    )
-    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(out.read_text()), done.stdout + done.stderr
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode: the interpreter's tiny run")
 @pytest.mark.parametrize("defect", ["defect_ignores_dht.py", "defect_dbeta_dropped.py"])
 def test_defective_backward_rejected_by_cmp01(defect, tmp_path):
@@ -165,19 +168,28 @@ def test_defective_backward_rejected_by_cmp01(defect, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize(
-    "reference, contract",
-    [("reference.py", "contract.toml"), ("reference_bf16.py", "contract_bf16.toml")],
-    ids=["fp32", "bf16"],
+    "path, reference, contract, evidence",
+    [
+        ("staged", "reference.py", "contract.toml", "gdn-bwd-verify-contract.json"),
+        ("staged", "reference_bf16.py", "contract_bf16.toml", "gdn-bwd-verify-contract_bf16.json"),
+        ("registers", "reference.py", "contract.toml", "gdn-bwd-verify-registers-fp32.json"),
+        (
+            "registers",
+            "reference_bf16.py",
+            "contract_bf16.toml",
+            "gdn-bwd-verify-registers-bf16.json",
+        ),
+    ],
+    ids=["fp32", "bf16", "registers-fp32", "registers-bf16"],
 )
-def test_backward_example_verified_on_gpu(reference, contract, tmp_path):
-    """The twelve gates on the device, fp32 and bf16: verified. The evidence goes to the
-    folder named by KERNELGATE_GDN_BWD_EVIDENCE when it is set."""
-    folder = Path(os.environ.get(EVIDENCE_ENV) or tmp_path)
-    folder.mkdir(parents=True, exist_ok=True)
-    out = folder / f"gdn-bwd-verify-{Path(contract).stem}.json"
-    evidence, log = _verify(
+def test_backward_example_verified_on_gpu(path, reference, contract, evidence, tmp_path):
+    """The twelve gates on the device, fp32 and bf16, for each candidate: verified. The
+    evidence goes to the folder named by KERNELGATE_GDN_BWD_EVIDENCE when it is set (the
+    staged candidate's files keep the names earlier device runs wrote)."""
+    out = evidence_folder((EVIDENCE_ENV,), tmp_path) / evidence
+    evidence_json, log = _verify(
         str(EXAMPLE / reference),
-        str(EXAMPLE / "candidate.py"),
+        str(EXAMPLE / CANDIDATES[path]),
         "--contract",
         str(EXAMPLE / contract),
         "--device",
@@ -185,6 +197,6 @@ def test_backward_example_verified_on_gpu(reference, contract, tmp_path):
         str(out),
         timeout=1800,
     )
-    summary = {g["id"]: (g["status"], g["reason"]) for g in evidence["gates"]}
+    summary = {g["id"]: (g["status"], g["reason"]) for g in evidence_json["gates"]}
     print(json.dumps(summary, indent=1))
-    assert evidence["verdict"] == "verified", (summary, log[-3000:])
+    assert evidence_json["verdict"] == "verified", (summary, log[-3000:])
