@@ -31,6 +31,7 @@ GRAD_OF = (0, 1, 2, 3, 5)
 FP32_TOL = 1e-5
 # Where the GPU test writes its verdicts' evidence (a folder), when set.
 EVIDENCE_ENV = "KERNELGATE_BWD_EVIDENCE"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _load(path: Path, name: str):
@@ -43,7 +44,8 @@ def _load(path: Path, name: str):
 
 
 def _inputs(batch, seq_len, heads, dim_k, dim_v, seed):
-    """The reference's input distribution at the given sizes (float32)."""
+    """The reference's input distribution at the given sizes (float32), drawn on the CPU and
+    moved to the GPU when there is one (the compiled kernels need CUDA tensors)."""
     reference = _load(EXAMPLE / "reference.py", "gla_bwd_reference")
     sizes = dict(
         batch_size=batch, seq_len=seq_len, num_heads=heads, head_dim_k=dim_k, head_dim_v=dim_v
@@ -51,7 +53,7 @@ def _inputs(batch, seq_len, heads, dim_k, dim_v, seed):
     for name, value in sizes.items():
         setattr(reference, name, value)
     torch.manual_seed(seed)
-    return reference.get_inputs()
+    return [x.to(DEVICE) for x in reference.get_inputs()]
 
 
 @pytest.mark.parametrize(
