@@ -1,0 +1,21 @@
+"""kernelgate's chunked Triton DeltaNet backward (src/kernelgate/kernels/delta_rule, the
+Gated DeltaNet kernels at g = 0) as a candidate for the backward contract: the forward
+kernels run on detached copies of the inputs (so the caller's tensors are neither marked nor
+written), then torch.autograd.grad runs the backward kernels with the given upstream
+gradients. Every returned gradient is a fresh tensor."""
+
+import torch
+import torch.nn as nn
+
+from kernelgate.kernels.delta_rule import chunk_delta_rule
+
+
+class ModelNew(nn.Module):
+    def forward(self, q, k, v, beta, do, initial_state, dht):
+        leaves = [x.detach().requires_grad_() for x in (q, k, v, beta, initial_state)]
+        with torch.enable_grad():
+            o, final_state = chunk_delta_rule(
+                *leaves[:4], initial_state=leaves[4], output_final_state=True
+            )
+            grads = torch.autograd.grad((o, final_state), leaves, (do, dht))
+        return tuple(grads)  # dq, dk, dv, dbeta, dh0
