@@ -112,6 +112,13 @@ BACKWARD_CHOICES = ("staged", "registers")
 # their padded sizes), warps and pipeline stages (offline sm_90 figures:
 # benchmarks/results/gdn-bwd-fast-resources-cpu.json).
 FAST_BWD_BLOCK = {"dqk_fast": 32, "wy_da_fast": 32, "wy_dkv_fast": 32}
+# The cap on those tiles where a row of K or V is not a whole number of 16-byte fp32 vectors
+# (K or V not a multiple of 4). Rows of such a length get one-element loads and stores, and
+# with 32-wide tiles _dqk_fast_kernel and _wy_da_fast_kernel spilled 24-256 bytes on sm_90 at
+# K = V = 31, (31, 32) and (1, 32); with 16 every kernel of the three is spill-free at those
+# sizes and at 17, 33, 63, 65, 127 (docs/kernels/gdn.md, "Other head sizes"). Aligned sizes
+# (20, 24 included) keep FAST_BWD_BLOCK.
+FAST_BWD_UNALIGNED_BLOCK = 16
 FAST_BWD_NUM_WARPS = {"dqk_fast": 8, "wy_da_fast": 8, "wy_dkv_fast": 8}
 FAST_BWD_NUM_STAGES = {"dqk_fast": 1, "wy_da_fast": 1, "wy_dkv_fast": 2}
 
@@ -305,6 +312,16 @@ def fast_tiles(
     padded_v = triton.next_power_of_2(max(dim_v, 16))
     tiles = {name: (min(padded_k, width), min(padded_v, width)) for name, width in widths.items()}
     return padded_k, padded_v, tiles
+
+
+def fast_bwd_widths(dim_k: int, dim_v: int) -> dict[str, int]:
+    """FAST_BWD_BLOCK, capped at FAST_BWD_UNALIGNED_BLOCK when K or V is not a multiple of 4:
+    rows that are not whole 16-byte vectors load one element per instruction, each with its
+    own address and predicate, and the 32-wide tiles of the two heavy kernels then need more
+    than 255 registers (the cap costs twice the tile loop trips, copies nothing)."""
+    if dim_k % 4 == 0 and dim_v % 4 == 0:
+        return dict(FAST_BWD_BLOCK)
+    return {name: min(width, FAST_BWD_UNALIGNED_BLOCK) for name, width in FAST_BWD_BLOCK.items()}
 
 
 def fast_precision(dtype: torch.dtype) -> str:
@@ -583,7 +600,7 @@ def _chunk_bwd_registers(q, k, v, g, beta, scale, saved, do, d_states, d_v_new):
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = fast_precision(q.dtype)
-    padded_k, padded_v, block = fast_tiles(dim_k, dim_v, FAST_BWD_BLOCK)
+    padded_k, padded_v, block = fast_tiles(dim_k, dim_v, fast_bwd_widths(dim_k, dim_v))
     f32 = dict(device=q.device, dtype=torch.float32)
     grid = (num_chunks, batch * heads)
 
