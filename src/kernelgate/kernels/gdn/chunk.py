@@ -18,6 +18,7 @@ from kernelgate.kernels._common import (
     state_buffer,
     tile_width,
 )
+from kernelgate.kernels._padding import StatePadding, zero_pad
 from kernelgate.kernels._precision import dot_precision as _dot_precision
 from kernelgate.kernels.gdn.chunk_bwd import (
     _dscores_bwd_kernel,
@@ -643,20 +644,53 @@ def _chunk_bwd_registers(q, k, v, g, beta, scale, saved, do, d_states, d_v_new):
     return dq, dk, dv, dg, dbeta
 
 
+def registers_padding(q: torch.Tensor, v: torch.Tensor) -> StatePadding | None:
+    """The zero-padding of K and V to 16-byte rows (kernels/_padding.py) around the
+    "registers" forward, None under the staged one (verified at odd sizes as it is).
+
+    Rows of K or V that are not whole 16-byte vectors load one element per instruction, each
+    with its own address: at K = V in {33, 63, 65, 127} the register scan then spilled 20-244
+    bytes and the output kernel 68-144 (Triton 3.6), and no launch setting measured removed
+    the scan's. At aligned widths (36, 40, 48, 64, 68, 100, 128, V = 4) no kernel of either
+    registers path spills (docs/kernels/gdn.md, "Other head sizes"). The padding is exact:
+    zero key and query channels change no k.k or q.S, zero value channels keep their state
+    columns at zero, and all are cut off the results. A copy of q, k, v, the states, o and the
+    incoming gradients only where a width changes."""
+    if FORWARD != "registers":
+        return None
+    pad = StatePadding.of(q.shape[-1], v.shape[-1], (q.dtype,), (v.dtype,))
+    return pad if (pad.rows_wide, pad.cols_wide) != (pad.rows, pad.cols) else None
+
+
 class ChunkGatedDeltaRuleFunction(torch.autograd.Function):
     """Forward saves the chunk intermediates (fp64 cumulative gates; fp32 Tinv, W, chunk
     states, deltas and decayed scores) so the backward recomputes nothing sequential except
-    its own reverse scan."""
+    its own reverse scan. Under the "registers" forward, odd head sizes run zero-padded
+    (registers_padding), forward and backward alike: the intermediates are the padded run's."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, scale, initial_state, output_final_state):
+        pad = ctx.pad = registers_padding(q, v)
+        if pad is not None:
+            q, k = zero_pad(q, pad.rows_wide), zero_pad(k, pad.rows_wide)
+            v = zero_pad(v, pad.cols_wide)
+            initial_state = pad.pad_state(initial_state)
         inputs = (q, k, v, g, beta)
         fwd = chunk_gated_delta_rule_fwd
-        return recurrence_forward(ctx, fwd, inputs, scale, initial_state, output_final_state)
+        o, final_state = recurrence_forward(
+            ctx, fwd, inputs, scale, initial_state, output_final_state
+        )
+        return (o, final_state) if pad is None else pad.cut_forward(o, final_state)
 
     @staticmethod
     def backward(ctx, do, dht):
+        pad = ctx.pad
+        if pad is not None:
+            do, dht = pad.pad_cotangents(do, dht)
         dq, dk, dv, dg, dbeta, dh0 = recurrence_backward(ctx, chunk_gated_delta_rule_bwd, do, dht)
+        if pad is not None:
+            dq, dk, dv = dq[..., : pad.rows], dk[..., : pad.rows], dv[..., : pad.cols]
+            dh0 = pad.cut_state(dh0)
         return dq, dk, dv, dg, dbeta, None, dh0, None
 
 
