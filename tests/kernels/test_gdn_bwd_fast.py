@@ -33,15 +33,16 @@ BACKWARD_CASES = [
     (1, 1, 64, 64, 100, False, True, "staged"),
     (1, 1, 20, 24, 70, True, True, "staged"),  # head sizes that are not powers of two
     (2, 1, 16, 16, 1, True, False, "registers"),  # one step
-    # rows that are not whole 16-byte vectors: after the staged forward, column tiles of 16
-    # (chunk.fast_bwd_widths: two ragged tiles at 31, one-element rows at 1); after the
-    # registers forward, the whole call zero-padded to K, V = 32, 4 (chunk.registers_padding)
-    (1, 1, 31, 31, 70, True, True, "staged"),
+    # rows that are not whole 16-byte vectors: column tiles of 16 (chunk.fast_bwd_widths:
+    # two ragged tiles at 31, one-element rows at 1); above 32 under the registers forward
+    # the whole call runs zero-padded (chunk.registers_padding: 33 -> 36, 1 -> 4)
     (1, 1, 31, 31, 70, True, True, "registers"),
     (1, 2, 31, 32, 130, False, True, "staged"),
-    (1, 1, 1, 32, 70, True, False, "staged"),
-    (1, 1, 1, 32, 70, True, True, "registers"),
+    (1, 1, 1, 32, 70, True, False, "registers"),
     (1, 1, 32, 1, 70, True, True, "registers"),
+    (1, 1, 33, 33, 70, True, True, "staged"),
+    (1, 1, 33, 33, 70, True, True, "registers"),
+    (1, 1, 33, 1, 70, True, True, "registers"),
 ]
 
 
@@ -123,17 +124,18 @@ def test_unaligned_head_sizes_take_narrower_tiles(monkeypatch):
 
 def test_registers_forward_pads_odd_head_sizes(monkeypatch):
     """Under the registers forward, K or V not a multiple of 4 runs zero-padded to the next
-    multiple (the kernels then never see such rows); aligned sizes, and every size under the
-    staged forward, run as they are."""
+    multiple once either exceeds REGISTERS_PAD_ABOVE; smaller and aligned sizes, and every
+    size under the staged forward, run as they are."""
     monkeypatch.setattr(gdn_chunk, "FORWARD", "registers")
-    for dim_k, dim_v, wide in ((31, 31, (32, 32)), (33, 1, (36, 4)), (1, 32, (4, 32))):
+    for dim_k, dim_v, wide in ((33, 33, (36, 36)), (33, 1, (36, 4)), (1, 64, (4, 64))):
         q, _, v, *_ = make_inputs(1, 8, 1, dim_k, dim_v)
         pad = gdn_chunk.registers_padding(q, v)
         assert pad is not None and (pad.rows_wide, pad.cols_wide) == wide, (dim_k, dim_v)
-    q, _, v, *_ = make_inputs(1, 8, 1, 20, 24)
-    assert gdn_chunk.registers_padding(q, v) is None
+    for dim_k, dim_v in ((31, 31), (1, 32), (20, 24), (36, 100)):
+        q, _, v, *_ = make_inputs(1, 8, 1, dim_k, dim_v)
+        assert gdn_chunk.registers_padding(q, v) is None, (dim_k, dim_v)
     monkeypatch.setattr(gdn_chunk, "FORWARD", "staged")
-    q, _, v, *_ = make_inputs(1, 8, 1, 31, 31)
+    q, _, v, *_ = make_inputs(1, 8, 1, 33, 33)
     assert gdn_chunk.registers_padding(q, v) is None
 
 

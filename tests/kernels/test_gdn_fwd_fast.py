@@ -58,6 +58,8 @@ FORWARD_CASES = [
     (1, 2, 31, 32, 130, False, True),
     (1, 1, 1, 32, 70, True, True),
     (1, 1, 32, 1, 70, True, False),
+    (1, 1, 33, 33, 70, True, True),  # zero-padded to 36 (chunk.registers_padding)
+    (1, 2, 63, 1, 65, True, True),  # to (64, 4)
 ]
 # and test_gdn's small cases, forward only (its tests run them forward and backward)
 FORWARD_CASES += [case for case in SMALL_CASES if case not in FORWARD_CASES]

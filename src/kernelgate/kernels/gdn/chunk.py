@@ -644,22 +644,31 @@ def _chunk_bwd_registers(q, k, v, g, beta, scale, saved, do, d_states, d_v_new):
     return dq, dk, dv, dg, dbeta
 
 
+# Head sizes up to this run the "registers" forward unpadded even where K or V is not a
+# multiple of 4 (registers_padding says why).
+REGISTERS_PAD_ABOVE = 32
+
+
 def registers_padding(q: torch.Tensor, v: torch.Tensor) -> StatePadding | None:
     """The zero-padding of K and V to 16-byte rows (kernels/_padding.py) around the
-    "registers" forward, None under the staged one (verified at odd sizes as it is).
+    "registers" forward where K or V is not a multiple of 4 and either exceeds
+    REGISTERS_PAD_ABOVE; None otherwise, and always under the staged forward.
 
-    Rows of K or V that are not whole 16-byte vectors load one element per instruction, each
-    with its own address: at K = V in {33, 63, 65, 127} the register scan then spilled 20-244
-    bytes and the output kernel 68-144 (Triton 3.6), and no launch setting measured removed
-    the scan's. At aligned widths (36, 40, 48, 64, 68, 100, 128, V = 4) no kernel of either
-    registers path spills (docs/kernels/gdn.md, "Other head sizes"). The padding is exact:
-    zero key and query channels change no k.k or q.S, zero value channels keep their state
-    columns at zero, and all are cut off the results. A copy of q, k, v, the states, o and the
-    incoming gradients only where a width changes."""
-    if FORWARD != "registers":
+    Rows that are not whole 16-byte vectors load one element per instruction, each with its
+    own address: at K = V in {33, 63, 65, 127} the register scan then spilled 20-244 bytes
+    and the output kernel 68-144 (offline sm_90), and no launch setting tried removed the
+    scan's; padded (to 36, 64, 68, 128) every kernel of both registers paths compiles
+    without spills. Up to 32 the unpadded kernels are spill-free (K = V = 31, 17, 6, (31, 32),
+    (1, 32), (32, 1)), and padding would only add copies, or worse: K = V = 5-7 would meet
+    the shipped reverse scan's 8-byte spill at K = V = 8. Figures: docs/kernels/gdn.md,
+    "Other head sizes". The padding is exact: zero key and query channels change no k.k or
+    q.S, zero value channels keep their state columns at zero, and all are cut off the
+    results; it copies q, k, v, the states, o and the incoming gradients."""
+    dim_k, dim_v = q.shape[-1], v.shape[-1]
+    if FORWARD != "registers" or max(dim_k, dim_v) <= REGISTERS_PAD_ABOVE:
         return None
-    pad = StatePadding.of(q.shape[-1], v.shape[-1], (q.dtype,), (v.dtype,))
-    return pad if (pad.rows_wide, pad.cols_wide) != (pad.rows, pad.cols) else None
+    pad = StatePadding.of(dim_k, dim_v, (q.dtype,), (v.dtype,))
+    return pad if (pad.rows_wide, pad.cols_wide) != (dim_k, dim_v) else None
 
 
 class ChunkGatedDeltaRuleFunction(torch.autograd.Function):

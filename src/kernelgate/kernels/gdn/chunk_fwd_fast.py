@@ -318,7 +318,7 @@ def _scan_fast_kernel(
             _state_tile_store(ht, o_kd, o_v, K, V, h_d)
 
 
-@triton.jit(do_not_specialize=["T", "NT", "H"])
+@triton.jit(do_not_specialize=["T", "NT", "H", "KP"])  # see _output_fast_kernel's KP
 def _output_fast_kernel(
     q_ptr,
     k_ptr,
@@ -334,7 +334,7 @@ def _output_fast_kernel(
     K: tl.constexpr,
     V: tl.constexpr,
     C: tl.constexpr,
-    KP: tl.constexpr,
+    KP,  # a runtime stop of the K loops (as a constexpr: 48 B of spills at (K, V) = (32, 64))
     VP: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
