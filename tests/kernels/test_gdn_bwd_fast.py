@@ -139,6 +139,25 @@ def test_registers_forward_pads_odd_head_sizes(monkeypatch):
     assert gdn_chunk.registers_padding(q, v) is None
 
 
+def test_padded_registers_path_is_bitwise_reproducible(monkeypatch):
+    """The zero-padded call (registers forward and backward, K = 33 -> 36, V = 1 -> 4) twice:
+    the same bits in o, the final state and every gradient, each of the caller's shape."""
+    monkeypatch.setattr(gdn_chunk, "FORWARD", "registers")
+    monkeypatch.setattr(gdn_chunk, "BACKWARD", "registers")
+    runs = []
+    for _ in range(2):
+        inputs = [x.detach().requires_grad_() for x in make_inputs(1, 70, 2, 33, 1, seed=3)]
+        q, k, v, g, beta, h0 = inputs
+        o, ht = chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+        (o.square().sum() + ht.sum()).backward()
+        runs.append([o, ht, *(x.grad for x in inputs)])
+        for x in inputs:
+            assert x.grad.shape == x.shape
+    assert runs[0][0].shape == (1, 70, 2, 1) and runs[0][1].shape == (1, 2, 33, 1)
+    for x, y in zip(*runs, strict=True):
+        assert torch.equal(x, y)
+
+
 def test_unknown_backward_raises(monkeypatch):
     monkeypatch.setattr(gdn_chunk, "BACKWARD", "fast")
     q, k, v, g, beta, h0 = make_inputs(1, 8, 1, 16, 16)
