@@ -13,6 +13,8 @@ judged by benchmarks/gdn_bwd_resources.py.
 
 Cases: fp32 inputs, head sizes ``--dims`` ("K" for K = V, or "K:V"; default K = V = 128 and
 64), T = 70, two heads, with an initial state (the new kernels do not specialize on it).
+Head sizes that are not multiples of 4 launch with column tiles of
+``FAST_BWD_UNALIGNED_BLOCK`` (the BK and BV of each row say which tiles were compiled).
 ``--configs`` also compiles other launch configurations (num_warps, num_stages, column tile).
 
 Launch count: the launches of one backward call of each path (forward launches excluded),
@@ -191,6 +193,8 @@ def main() -> None:
             "FAST_BWD_NUM_WARPS": default[1],
             "FAST_BWD_NUM_STAGES": default[2],
             "FAST_BWD_BLOCK": default[3],
+            # the tile cap where K or V is not a multiple of 4 (chunk.fast_bwd_widths)
+            "FAST_BWD_UNALIGNED_BLOCK": gdn_chunk.FAST_BWD_UNALIGNED_BLOCK,
         },
         "launches_per_backward": {
             "staged (shipped)": count_launches("staged"),

@@ -15,7 +15,9 @@ head sizes ``--dims`` ("K" for K = V, or "K:V"; default K = V = 128 and 64), T =
 chunks, the second ragged; T, the chunk count and H are runtime values, so the records are
 those of any length), two heads, with and without an initial state (the scan specializes on
 it). ``--configs`` also compiles other launch configurations (num_warps, num_stages, the
-scan's V tile, the column tiles) to compare against the defaults in chunk.py.
+scan's V tile, the column tiles) to compare against the defaults in chunk.py. A K or V that
+is not a multiple of 4 and above 32 runs zero-padded (chunk.registers_padding), so its rows
+show the padded sizes the kernels were launched with (33 as 36, 63 as 64, 1 beside 64 as 4).
 
 Launch count: the launches of one forward call of each path, counted at the interpreter's
 launch entry point (not deduplicated, unlike the resource records).

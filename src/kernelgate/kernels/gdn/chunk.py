@@ -18,6 +18,7 @@ from kernelgate.kernels._common import (
     state_buffer,
     tile_width,
 )
+from kernelgate.kernels._padding import StatePadding, zero_pad
 from kernelgate.kernels._precision import dot_precision as _dot_precision
 from kernelgate.kernels.gdn.chunk_bwd import (
     _dscores_bwd_kernel,
@@ -112,6 +113,13 @@ BACKWARD_CHOICES = ("staged", "registers")
 # their padded sizes), warps and pipeline stages (offline sm_90 figures:
 # benchmarks/results/gdn-bwd-fast-resources-cpu.json).
 FAST_BWD_BLOCK = {"dqk_fast": 32, "wy_da_fast": 32, "wy_dkv_fast": 32}
+# The cap on those tiles where a row of K or V is not a whole number of 16-byte fp32 vectors
+# (K or V not a multiple of 4). Rows of such a length get one-element loads and stores, and
+# with 32-wide tiles _dqk_fast_kernel and _wy_da_fast_kernel spilled 24-256 bytes on sm_90 at
+# K = V = 31, (31, 32) and (1, 32); with 16 every kernel of the three is spill-free at those
+# sizes and at 17, 33, 63, 65, 127 (docs/kernels/gdn.md, "Other head sizes"). Aligned sizes
+# (20, 24 included) keep FAST_BWD_BLOCK.
+FAST_BWD_UNALIGNED_BLOCK = 16
 FAST_BWD_NUM_WARPS = {"dqk_fast": 8, "wy_da_fast": 8, "wy_dkv_fast": 8}
 FAST_BWD_NUM_STAGES = {"dqk_fast": 1, "wy_da_fast": 1, "wy_dkv_fast": 2}
 
@@ -305,6 +313,16 @@ def fast_tiles(
     padded_v = triton.next_power_of_2(max(dim_v, 16))
     tiles = {name: (min(padded_k, width), min(padded_v, width)) for name, width in widths.items()}
     return padded_k, padded_v, tiles
+
+
+def fast_bwd_widths(dim_k: int, dim_v: int) -> dict[str, int]:
+    """FAST_BWD_BLOCK, capped at FAST_BWD_UNALIGNED_BLOCK when K or V is not a multiple of 4:
+    rows that are not whole 16-byte vectors load one element per instruction, each with its
+    own address and predicate, and the 32-wide tiles of the two heavy kernels then need more
+    than 255 registers (the cap costs twice the tile loop trips, copies nothing)."""
+    if dim_k % 4 == 0 and dim_v % 4 == 0:
+        return dict(FAST_BWD_BLOCK)
+    return {name: min(width, FAST_BWD_UNALIGNED_BLOCK) for name, width in FAST_BWD_BLOCK.items()}
 
 
 def fast_precision(dtype: torch.dtype) -> str:
@@ -583,7 +601,7 @@ def _chunk_bwd_registers(q, k, v, g, beta, scale, saved, do, d_states, d_v_new):
     dim_v = v.shape[-1]
     num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
     prec = fast_precision(q.dtype)
-    padded_k, padded_v, block = fast_tiles(dim_k, dim_v, FAST_BWD_BLOCK)
+    padded_k, padded_v, block = fast_tiles(dim_k, dim_v, fast_bwd_widths(dim_k, dim_v))
     f32 = dict(device=q.device, dtype=torch.float32)
     grid = (num_chunks, batch * heads)
 
@@ -626,20 +644,62 @@ def _chunk_bwd_registers(q, k, v, g, beta, scale, saved, do, d_states, d_v_new):
     return dq, dk, dv, dg, dbeta
 
 
+# Head sizes up to this run the "registers" forward unpadded even where K or V is not a
+# multiple of 4 (registers_padding says why).
+REGISTERS_PAD_ABOVE = 32
+
+
+def registers_padding(q: torch.Tensor, v: torch.Tensor) -> StatePadding | None:
+    """The zero-padding of K and V to 16-byte rows (kernels/_padding.py) around the
+    "registers" forward where K or V is not a multiple of 4 and either exceeds
+    REGISTERS_PAD_ABOVE; None otherwise, and always under the staged forward.
+
+    Rows that are not whole 16-byte vectors load one element per instruction, each with its
+    own address: at K = V in {33, 63, 65, 127} the register scan then spilled 20-244 bytes
+    and the output kernel 68-144 (offline sm_90), and no launch setting tried removed the
+    scan's; padded (to 36, 64, 68, 128) every kernel of both registers paths compiles
+    without spills. Up to 32 the unpadded kernels are spill-free (K = V = 31, 17, 6, (31, 32),
+    (1, 32), (32, 1)), and padding would only add copies, or worse: K = V = 5-7 would meet
+    the shipped reverse scan's 8-byte spill at K = V = 8. Figures: docs/kernels/gdn.md,
+    "Other head sizes". The padding is exact: zero key and query channels change no k.k or
+    q.S, zero value channels keep their state columns at zero, and all are cut off the
+    results; it copies q, k, v, the states, o and the incoming gradients."""
+    dim_k, dim_v = q.shape[-1], v.shape[-1]
+    if FORWARD != "registers" or max(dim_k, dim_v) <= REGISTERS_PAD_ABOVE:
+        return None
+    pad = StatePadding.of(dim_k, dim_v, (q.dtype,), (v.dtype,))
+    return pad if (pad.rows_wide, pad.cols_wide) != (dim_k, dim_v) else None
+
+
 class ChunkGatedDeltaRuleFunction(torch.autograd.Function):
     """Forward saves the chunk intermediates (fp64 cumulative gates; fp32 Tinv, W, chunk
     states, deltas and decayed scores) so the backward recomputes nothing sequential except
-    its own reverse scan."""
+    its own reverse scan. Under the "registers" forward, odd head sizes run zero-padded
+    (registers_padding), forward and backward alike: the intermediates are the padded run's."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, scale, initial_state, output_final_state):
+        pad = ctx.pad = registers_padding(q, v)
+        if pad is not None:
+            q, k = zero_pad(q, pad.rows_wide), zero_pad(k, pad.rows_wide)
+            v = zero_pad(v, pad.cols_wide)
+            initial_state = pad.pad_state(initial_state)
         inputs = (q, k, v, g, beta)
         fwd = chunk_gated_delta_rule_fwd
-        return recurrence_forward(ctx, fwd, inputs, scale, initial_state, output_final_state)
+        o, final_state = recurrence_forward(
+            ctx, fwd, inputs, scale, initial_state, output_final_state
+        )
+        return (o, final_state) if pad is None else pad.cut_forward(o, final_state)
 
     @staticmethod
     def backward(ctx, do, dht):
+        pad = ctx.pad
+        if pad is not None:
+            do, dht = pad.pad_cotangents(do, dht)
         dq, dk, dv, dg, dbeta, dh0 = recurrence_backward(ctx, chunk_gated_delta_rule_bwd, do, dht)
+        if pad is not None:
+            dq, dk, dv = dq[..., : pad.rows], dk[..., : pad.rows], dv[..., : pad.cols]
+            dh0 = pad.cut_state(dh0)
         return dq, dk, dv, dg, dbeta, None, dh0, None
 
 

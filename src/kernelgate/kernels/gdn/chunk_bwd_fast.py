@@ -43,8 +43,10 @@ pipeline stage for the two heavy kernels (two: 8-150 bytes); runtime loop stops
 (_RUNTIME_STOPS). ``_dqk_fast_kernel`` and ``_wy_da_fast_kernel`` sit at 249-255 registers
 (column tiles of 16: 172-246, no spills, the fallback), so ptxas's choices can move with
 small changes: rerun the resources script after any edit. Also spill-free at K = V = 256,
-32 and (K, V) = (20, 24); odd sizes (K = V = 31) spill 24-256 bytes in the two heavy
-kernels (correct, not spill-free: open work).
+32 and (K, V) = (20, 24); and at head sizes that are not multiples of 4 (K = V = 31, 17,
+33, 63, 65, 127; (31, 32), (1, 32), (32, 1)), whose rows load one element per instruction,
+with the column tiles capped at 16 (chunk.fast_bwd_widths; with tiles of 32 the two heavy
+kernels spilled 24-256 bytes there: benchmarks/results/gdn-bwd-fast-resources-sizes-cpu.json).
 """
 
 from __future__ import annotations

@@ -65,9 +65,14 @@ changes: rerun the resources script after any edit. The warp counts come from th
 figures (chunk.py's ``fast_num_warps``).
 
 Head sizes: K and V are padded to powers of two (>= 16) inside the kernels with masked
-loads and stores, so any K <= 256 and any V run (the CPU tests cover K, V in {16, 20, 24,
-32, 64, 128}). No atomics: results are bitwise reproducible for a given launch
-configuration.
+loads and stores, so any K <= 256 and any V run (the CPU tests cover K, V in {1, 16, 20, 24,
+31, 32, 33, 63, 64, 128}). Rows that are not whole 16-byte vectors (K or V not a multiple of
+4) load one element per instruction: up to 32 the kernels stay spill-free, above it the scan
+spilled 20-244 bytes, so there chunk.registers_padding zero-pads the whole call to aligned
+widths. The output kernel's K loop stops at a runtime KP (a constexpr one-tile K loop
+spilled 48 bytes at (K, V) = (32, 64) with Triton 3.6; runtime KP and VP: 92 bytes at
+K = V = 31; a runtime VP alone: 48-232 at K = V = 17, 31 and (20, 24)). No atomics:
+results are bitwise reproducible for a given launch configuration.
 """
 
 from __future__ import annotations
@@ -318,7 +323,7 @@ def _scan_fast_kernel(
             _state_tile_store(ht, o_kd, o_v, K, V, h_d)
 
 
-@triton.jit(do_not_specialize=["T", "NT", "H"])
+@triton.jit(do_not_specialize=["T", "NT", "H", "KP"])  # see _output_fast_kernel's KP
 def _output_fast_kernel(
     q_ptr,
     k_ptr,
@@ -334,7 +339,7 @@ def _output_fast_kernel(
     K: tl.constexpr,
     V: tl.constexpr,
     C: tl.constexpr,
-    KP: tl.constexpr,
+    KP,  # a runtime stop of the K loops (as a constexpr: 48 B of spills at (K, V) = (32, 64))
     VP: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
