@@ -166,6 +166,7 @@ def test_chunk_exact_zero_dv_is_positive_zero_as_in_the_oracle():
         zeros = grad[zero]
         assert torch.all(zeros == 0.0) and not torch.any(torch.signbit(zeros))
 
+
 def test_chunk_rejects_bad_shapes():
     q, k, v, g, beta, h0 = make_inputs(1, 4, 1, 16, 16)
     with pytest.raises(ValueError, match="expected g"):
