@@ -193,6 +193,7 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
     dc_head = torch.empty(batch, seq_len, heads, dim_n, **f32)
     scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
     d_scores = torch.empty_like(scores)
+    gate_prefix = torch.empty_like(scores)
     _ssd_chunk_bwd_kernel[(num_chunks, batch * heads)](
         x,
         dt,
@@ -210,6 +211,7 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
         dc_head,
         scores,
         d_scores,
+        gate_prefix,
         seq_len,
         num_chunks,
         round_up(dim_n, REDUCE_BLOCK),
@@ -226,7 +228,7 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
         PREC=_dot_precision(x.dtype, "mamba2._ssd_chunk_bwd_kernel"),
         num_warps=NUM_WARPS["chunk_bwd"],
     )
-    del scores, d_scores
+    del scores, d_scores, gate_prefix
     # a = dt A: d dt = direct part + A d a; dA = sum over b, T of dt d a (float64 sums).
     d_a64 = d_a.double()
     ddt = (ddt_direct.double() + A.double() * d_a64).to(dt.dtype)
