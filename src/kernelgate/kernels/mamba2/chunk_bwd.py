@@ -152,7 +152,7 @@ def _ssd_chunk_bwd_kernel(
     dc_ptr,  # outputs (fp32): direct d dt, d a, per-head dB and dC
     s_ptr,
     ds_ptr,  # scratch (fp32): this chunk's S and dSL, [C, C] per row like the outputs
-    cs_ptr,  # scratch (fp32): the row prefix sums of the gate terms, [C, C] per row
+    cs_ptr,  # output (fp32): the row prefix sums of the gate terms, [C, C] per row
     T,
     NT,
     N_END,
@@ -220,17 +220,16 @@ def _ssd_chunk_bwd_kernel(
     tl.store(ds_ptr + row[:, None] * C + o_c[None, :], d_s * decay, mask=m_t[:, None])
     # a_t enters exp(G_i - G_j) for the pairs j < t <= i: gather e_ij = dS_ij S_ij over them
     # (see the module docstring for why not a reverse cumsum of per-position terms).
-    # The prefix sums over j < t are the inclusive ones of column t - 1, stored here and read
-    # back shifted at the end (where fewer tiles are live). Inclusive minus e_it instead
-    # cancels e_it, which can be the chunk's largest term (e_tt is undecayed, e_it for i > t
-    # decays only from t + 1 on), against itself: dA was then up to 300x less accurate than
-    # the fp32 recurrence's where exp(a_t) is small (integer-valued inputs, dt in {0, 1}: the
-    # backward contract's CMP-01 and ORD-01 rejected it, examples/mamba2_backward). A dot with
-    # a triangle of ones sums exactly too, but spilled ~300 bytes on sm_90.
+    # The prefix sums over j < t are the inclusive ones of column t - 1: stored here, shifted
+    # and summed over i >= t by the torch wrapper (chunk.py, _gate_pair_sums). Inclusive minus
+    # e_it instead cancels e_it, which can be the chunk's largest term (e_tt is undecayed,
+    # e_it for i > t decays only from t + 1 on), against itself: dA was then up to 300x less
+    # accurate than the fp32 recurrence's where exp(a_t) is small (integer-valued inputs, dt
+    # in {0, 1}: the backward contract's CMP-01 and ORD-01 rejected it,
+    # examples/mamba2_backward). Done in the kernel, the shift spilled on sm_90 (Triton 3.9):
+    # a dot with a triangle of ones ~300 bytes, a shifted reload 28-52 bytes.
     e = d_s * scores
-    cs_tile = cs_ptr + row[:, None] * C
-    tl.store(cs_tile + o_c[None, :], tl.cumsum(e, axis=1), mask=m_t[:, None])
-    rows_from_t = o_c[:, None] >= o_c[None, :]  # [i, t]: i >= t
+    tl.store(cs_ptr + row[:, None] * C + o_c[None, :], tl.cumsum(e, axis=1), mask=m_t[:, None])
     tl.debug_barrier()
 
     # Per P tile: dXdt = S^T dY + diag(exp(G_L - G)) B dH_next -> dX, d dt.
@@ -337,12 +336,10 @@ def _ssd_chunk_bwd_kernel(
         b_db = acc_db + acc_xdh * (to_end * dt)[:, None]
         tl.store(db_ptr + row[:, None] * N + o_n[None, :], b_db, mask=m_tn)
 
-    # d a: the pairs j < t <= i (the prefix sums stored above, shifted by one column), then
+    # d a, less the pairs j < t <= i (added in chunk.py from the prefix sums stored above):
     # exp(G_i) for i >= t, exp(G_L - G_j) for j < t, exp(G_L) always.
-    after_first = (o_c >= 1)[None, :]
-    before_t = tl.load(cs_tile + (o_c[None, :] - 1), mask=m_t[:, None] & after_first, other=0.0)
-    d_a = tl.sum(tl.where(rows_from_t, before_t, 0.0), axis=0)
-    d_a += tl.sum(tl.where(rows_from_t, through_inter[:, None], 0.0), axis=0)
+    rows_from_t = o_c[:, None] >= o_c[None, :]  # [i, t]: i >= t
+    d_a = tl.sum(tl.where(rows_from_t, through_inter[:, None], 0.0), axis=0)
     d_a += tl.sum(tl.where(rows_from_t, 0.0, through_state[:, None]), axis=0)
     d_a += chunk_decay * h_dh
     tl.store(dg_ptr + row, d_a, mask=m_t)
