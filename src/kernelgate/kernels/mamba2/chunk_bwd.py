@@ -225,8 +225,8 @@ def _ssd_chunk_bwd_kernel(
     # e_it instead cancels e_it, which can be the chunk's largest term (e_tt is undecayed,
     # e_it for i > t decays only from t + 1 on), against itself: dA was then up to 300x less
     # accurate than the fp32 recurrence's where exp(a_t) is small (integer-valued inputs, dt
-    # in {0, 1}: the backward contract's CMP-01 and ORD-01 rejected it,
-    # examples/mamba2_backward). Done in the kernel, the shift spilled on sm_90 (Triton 3.9):
+    # in {0, 1}: the backward contract's CMP-01 rejected it, examples/mamba2_backward).
+    # Done in the kernel, the shift spilled on sm_90 (Triton 3.9):
     # a dot with a triangle of ones ~300 bytes, a shifted reload 28-52 bytes.
     e = d_s * scores
     tl.store(cs_ptr + row[:, None] * C + o_c[None, :], tl.cumsum(e, axis=1), mask=m_t[:, None])
