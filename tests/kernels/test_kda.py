@@ -144,6 +144,29 @@ def test_chunk_explicit_scale_and_zero_gate():
     family.assert_within(pairs, FP32_TOL)
 
 
+def test_chunk_exact_zero_dv_is_positive_zero_as_in_the_oracle():
+    """Where beta_t = +0 or -0, dv_t is exactly zero; autograd of the recurrence sums v's
+    per-step gradient into zeros, so the oracle's is +0, and so must ours be whatever the sign
+    of the product it is formed from (the backward contract's EXC-02 judges zero signs;
+    examples/kda_backward). Steps in two chunks, the second ragged."""
+    q, k, v, g, beta, h0 = make_inputs(1, 20, 2, 16, 16, seed=11)
+    beta = beta.clone()
+    beta[0, ::3, 0] = 0.0
+    beta[0, 1::3, 1] = -0.0
+    zero = beta == 0.0
+    leaves = [x.clone().requires_grad_() for x in (q, k, v, g, beta, h0)]
+    o, ht = chunk_kda(*leaves[:5], initial_state=leaves[5], output_final_state=True)
+    do, dht = cotangents(o.shape, ht.shape, o.dtype, seed=3, device=DEVICE)
+    dv = torch.autograd.grad((o, ht), leaves[2], (do, dht))[0]
+    exact = [x.detach().double().requires_grad_() for x in (q, k, v, g, beta, h0)]
+    o64, ht64 = naive_recurrent_kda(*exact[:5], initial_state=exact[5], output_final_state=True)
+    dv64 = torch.autograd.grad((o64, ht64), exact[2], (do.double(), dht.double()))[0]
+    assert zero.sum() >= 10
+    for grad in (dv, dv64):
+        zeros = grad[zero]
+        assert torch.all(zeros == 0.0) and not torch.any(torch.signbit(zeros))
+
+
 def test_chunk_rejects_bad_shapes():
     q, k, v, g, beta, h0 = make_inputs(1, 4, 1, 16, 16)
     with pytest.raises(ValueError, match="expected g"):

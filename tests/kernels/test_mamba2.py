@@ -150,6 +150,71 @@ def test_chunk_decay_gradients_have_no_cancellation_error():
         assert rel_err(*pairs[name]) <= 1e-6, (name, rel_err(*pairs[name]))
 
 
+def _grads(fn, leaves, dy, dht):
+    """Every gradient of <y, dy> + <h_T, dht> through ``fn`` (chunk_ssd's signature)."""
+    leaves = [t.detach().clone().requires_grad_() for t in leaves]
+    y, ht = fn(*leaves[:6], initial_state=leaves[6], output_final_state=True)
+    return torch.autograd.grad((y, ht), leaves, (dy.to(y.dtype), dht.to(ht.dtype)))
+
+
+def test_chunk_da_free_of_the_diagonal_cancellation():
+    """Integer-valued inputs in [-8, 8] (dt in {0, 1}), the backward contract's CMP-01
+    distribution, with strong decay rates A in [-8, -2]: the gate sum over the pairs
+    j < t <= i was an inclusive cumsum minus e_it, which cancels the chunk's largest,
+    undecayed terms against themselves. dA of the A = -8 and -4 heads was then 1.3e-3 and
+    4.8e-3 off, 325x and 104x the fp32 recurrence's autograd error, and the contract rejected
+    it; now every head within 4x of that error plus 2 ulp of |dA| (measured 0.3-1x)."""
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+
+    def ints(*shape):
+        return torch.randint(-8, 9, shape, generator=gen, device=DEVICE).double()
+
+    b, steps, heads, groups, dim_n, dim_p = 2, 70, 4, 2, 32, 32
+    x, B, C = (
+        ints(b, steps, heads, dim_p),
+        ints(b, steps, groups, dim_n),
+        ints(b, steps, groups, dim_n),
+    )
+    dt, D = ints(b, steps, heads).clamp(0, 1), ints(heads)
+    A = torch.tensor([-8.0, -6.0, -4.0, -2.0], dtype=torch.float64, device=DEVICE)
+    h0, dy, dht = (
+        ints(b, heads, dim_n, dim_p),
+        ints(b, steps, heads, dim_p),
+        ints(b, heads, dim_n, dim_p),
+    )
+    leaves = (x, dt, A, B, C, D, h0)
+    exact = _grads(naive_recurrent_ssd, leaves, dy, dht)[2]
+
+    def fp32_recurrence(*args, **kwargs):
+        return naive_recurrent_ssd(*args, **kwargs, compute_dtype=torch.float32)
+
+    honest = _grads(fp32_recurrence, [t.float() for t in leaves], dy.float(), dht.float())[2]
+    ours = _grads(chunk_ssd, [t.float() for t in leaves], dy.float(), dht.float())[2]
+    unit = torch.finfo(torch.float32).eps / 2
+    bound = 4 * ((honest.double() - exact).abs() + 2 * unit * exact.abs())
+    assert torch.all((ours.double() - exact).abs() <= bound), (ours.double() - exact, bound)
+
+
+def test_chunk_exact_zero_dx_is_positive_zero_as_in_the_oracle():
+    """Where dt_t = 0 and D = 0 (or dy_t = 0), dx_t is exactly zero; autograd of the scan sums
+    x's per-step gradient into zeros, so the oracle's is +0, and so must ours be whatever the
+    signs of its terms (the backward contract's EXC-02 judges zero signs)."""
+    x, dt, A, B, C, D, h0 = make_inputs(1, 70, 2, 1, 16, 16, seed=5)
+    dt = dt.clone()
+    dt[0, ::3, 0] = 0.0
+    dt[0, 1::3, 1] = -0.0
+    D = torch.zeros_like(D)
+    zero = (dt == 0.0)[..., None].expand_as(x)
+    dy, dht = cotangents(x.shape, h0.shape, x.dtype, seed=2, device=DEVICE)
+    leaves = (x, dt, A, B, C, D, h0)
+    ours = _grads(chunk_ssd, leaves, dy, dht)[0]
+    exact = _grads(naive_recurrent_ssd, leaves, dy, dht)[0]
+    assert zero.sum() >= 100
+    for grad in (ours, exact):
+        zeros = grad[zero]
+        assert torch.all(zeros == 0.0) and not torch.any(torch.signbit(zeros))
+
+
 def test_chunk_strong_decays_as_accurate_as_fp32_recurrence():
     """Log decays dt A down to -20 a step (the cumulative decay of one chunk reaches ~ -600):
     the chunked y within 4x the error of the fp32 step-by-step recurrence (decay factors from

@@ -34,6 +34,11 @@ NUM_WARPS = {
     "dqk_bwd": 4,
     "wy_bwd": 8,
 }
+# The forward scan with a 16-wide V tile (V <= 16) runs 8 warps: at 4, Triton 3.9's sm_90
+# compile spills 4 bytes at V = 1 with an initial state for every K >= 32 (Triton 3.6: none);
+# at 8 warps neither spills for K in {1, 31, 32, 64, 128, 256}, V in {1, 16}, with or
+# without initial and final state (examples/kda_backward's RES-02, docs/kernels/kda.md).
+NARROW_STATE_FWD_WARPS = 8
 # Row tile of the scans' state reads and writes (the state lives in the chunk-state buffer).
 # Its loop stop is passed as round_up(K, SCAN_ROWS), a runtime value that is never 1 (see
 # _common.round_up).
@@ -100,7 +105,7 @@ def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
         HAS_H0=h0 is not None,
         STORE_HT=final_state is not None,
         PREC=prec,
-        num_warps=NUM_WARPS["state_fwd"],
+        num_warps=NARROW_STATE_FWD_WARPS if scan_v == 16 else NUM_WARPS["state_fwd"],
     )
     del u
     o = torch.empty_like(v)

@@ -344,5 +344,11 @@ def _wy_bwd_kernel(
         b_v = load_tile(v_ptr, row, m_t, o_v, V)
         t_du = tl.dot(tinv_t, load_tile(dvn_ptr, row, m_t, o_v, V), input_precision=PREC)
         d_beta += tl.sum(t_du * b_v, axis=1)
-        store_tile(dv_ptr, row, m_t, o_v, V, t_du * beta[:, None])
+        # Exact zeros as +0: in autograd of the recurrence the gradient of v (used once per
+        # step, through a slice) is a sum that starts from zeros, so an exactly zero dv
+        # (beta_t = +-0) is +0 there, whatever the sign of Tinv^T dU (EXC-02 judges zero
+        # signs). A select, not "+ 0.0", which a compiler allowed to ignore zero signs could
+        # drop (gdn's _wy_dkv_bwd_kernel does the same).
+        b_dv = t_du * beta[:, None]
+        store_tile(dv_ptr, row, m_t, o_v, V, tl.where(b_dv == 0.0, 0.0, b_dv))
     tl.store(dbeta_ptr + row, d_beta.to(dbeta_ptr.dtype.element_ty), mask=m_t)

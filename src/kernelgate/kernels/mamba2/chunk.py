@@ -146,6 +146,25 @@ def chunk_ssd_fwd(x, dt, A, B, C, D, initial_state, output_final_state):
     return y, final_state, (g_cum, states)
 
 
+def _gate_pair_sums(prefix: torch.Tensor) -> torch.Tensor:
+    """The gate terms of the pairs j < t <= i of each chunk, summed, in float64: [b, T, H].
+
+    ``prefix[b, row, h, t]`` holds sum_{j <= t} e_ij for the row's in-chunk step i (the
+    chunk backward kernel's inclusive prefix sums); the pairs of step t are column t - 1 of
+    the rows i >= t. Read shifted rather than as column t minus e_it, which would cancel the
+    chunk's largest terms against themselves (chunk_bwd.py); summed here because the kernel
+    spilled doing it."""
+    batch, seq_len, heads, chunk = prefix.shape
+    num_chunks = triton.cdiv(seq_len, chunk)
+    rows = F.pad(prefix, (0, 0, 0, 0, 0, num_chunks * chunk - seq_len)).double()
+    rows = rows.view(batch, num_chunks, chunk, heads, chunk)  # [b, n, i, h, t]
+    before = F.pad(rows[..., :-1], (1, 0))  # column t holds sum_{j < t} e_ij
+    steps = torch.arange(chunk, device=prefix.device)
+    from_t = (steps[:, None] >= steps[None, :])[:, None, :]  # [i, 1, t]: i >= t
+    pairs = (before * from_t).sum(dim=2)  # [b, n, h, t]
+    return pairs.transpose(2, 3).reshape(batch, num_chunks * chunk, heads)[:, :seq_len]
+
+
 def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
     """Launch the two backward kernels and finish in torch; returns dx, ddt, dA, dB, dC, dD,
     dh0 (dD and dh0 None where D or the initial state were not given)."""
@@ -193,6 +212,7 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
     dc_head = torch.empty(batch, seq_len, heads, dim_n, **f32)
     scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
     d_scores = torch.empty_like(scores)
+    gate_prefix = torch.empty_like(scores)
     _ssd_chunk_bwd_kernel[(num_chunks, batch * heads)](
         x,
         dt,
@@ -210,6 +230,7 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
         dc_head,
         scores,
         d_scores,
+        gate_prefix,
         seq_len,
         num_chunks,
         round_up(dim_n, REDUCE_BLOCK),
@@ -228,7 +249,7 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
     )
     del scores, d_scores
     # a = dt A: d dt = direct part + A d a; dA = sum over b, T of dt d a (float64 sums).
-    d_a64 = d_a.double()
+    d_a64 = d_a.double() + _gate_pair_sums(gate_prefix)
     ddt = (ddt_direct.double() + A.double() * d_a64).to(dt.dtype)
     dA = (dt.double() * d_a64).sum(dim=(0, 1)).to(A.dtype)
     # The heads of a group share B and C rows: their gradients add up.
