@@ -1,6 +1,6 @@
 """A defective backward candidate: dbeta is never computed (zeros), as when the write
 strength is wrongly treated as a constant. Everything else is candidate.py's. CMP-01 rejects
-it (tests/kernels/test_delta_rule_backward_example.py)."""
+it (tests/kernels/test_family_backward_examples.py)."""
 
 import torch
 import torch.nn as nn

@@ -4,7 +4,7 @@ The same kernels as candidate.py, but autograd is asked only for the gradients o
 dht (the gradient reaching S_T) is dropped, a plausible slip when a layer's final state is
 usually discarded. Every gradient then misses dht's contribution, most visibly dh0 and the
 last steps' dk, dv and dbeta. CMP-01 rejects it
-(tests/kernels/test_delta_rule_backward_example.py).
+(tests/kernels/test_family_backward_examples.py).
 """
 
 import torch

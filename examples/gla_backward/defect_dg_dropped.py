@@ -1,6 +1,6 @@
 """A defective backward candidate: dg is never computed (zeros), as when the decay is
 wrongly treated as a constant (a gate fed through a detach). Everything else is
-candidate.py's. CMP-01 rejects it (tests/kernels/test_gla_backward_example.py)."""
+candidate.py's. CMP-01 rejects it (tests/kernels/test_family_backward_examples.py)."""
 
 import torch
 import torch.nn as nn

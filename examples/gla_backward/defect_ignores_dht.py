@@ -3,7 +3,7 @@
 The same kernels as candidate.py, but autograd is asked only for the gradients of <o, do>:
 dht (the gradient reaching S_T) is dropped, a plausible slip when a layer's final state is
 usually discarded. Every gradient then misses dht's contribution, most visibly dh0 and the
-last steps' dk, dv and dg. CMP-01 rejects it (tests/kernels/test_gla_backward_example.py).
+last steps' dk, dv and dg. CMP-01 rejects it (tests/kernels/test_family_backward_examples.py).
 """
 
 import torch

@@ -2,7 +2,7 @@
 value per head and step (its mean over the K channels, spread back), as when a KDA backward is
 derived from Gated DeltaNet's scalar-gate one. The sum over channels is kept, so a check of
 dg's total alone would not see it. Everything else is candidate.py's. CMP-01 rejects it
-(tests/kernels/test_kda_backward_example.py)."""
+(tests/kernels/test_family_backward_examples.py)."""
 
 import torch
 import torch.nn as nn

@@ -6,7 +6,7 @@ gives the same forward) and then, instead of summing the per-head gradients of B
 over each group, keeps the first head's: a plausible slip when a kernel written for G = H is
 extended to grouped heads. Every other gradient is candidate.py's. With one head per group the
 defect is invisible; the reference's two heads per group expose it. CMP-01 rejects it
-(tests/kernels/test_mamba2_backward_example.py).
+(tests/kernels/test_family_backward_examples.py).
 """
 
 import torch

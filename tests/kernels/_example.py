@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -73,3 +74,17 @@ def counting_calls(
 
         monkeypatch.setattr(module, name, wrapper)
     yield counts
+
+
+def resized_contract(contract: Path, sizes: dict[str, int], out: Path) -> Path:
+    """``contract`` with its dims' reference sizes replaced by ``sizes`` (written to
+    ``out``): the same inputs, domains and outputs at a size the interpreter judges in
+    seconds."""
+    text = contract.read_text()
+    for name, value in sizes.items():
+        text, count = re.subn(
+            rf'(name = "{name}"\nreference = )\d+', rf"\g<1>{value}", text, count=1
+        )
+        assert count == 1, f"{contract} has no dim {name!r} with a reference size"
+    out.write_text(text)
+    return out

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ if not torch.cuda.is_available():
 
 from kernelgate.kernels.gdn import chunk as gdn_chunk
 
-from ._example import CANDIDATES, counting_calls, evidence_folder
+from ._example import CANDIDATES, counting_calls, evidence_folder, resized_contract
 from ._example import load as _load
 from ._example import verify as _verify
 from ._measure import ensemble_ratio, rel_err, tf32_create_dot
@@ -126,19 +125,9 @@ def test_bf16_fp32_gradients_within_the_honest_bound_with_tf32_dots(monkeypatch)
         assert ratio <= 1.0, (name, ratio)
 
 
-def _tiny_contract(tmp_path: Path) -> Path:
-    """examples/gdn_backward/contract.toml at B=1, T=20, H=1, K=V=16: CMP-01 under the
-    interpreter in well under a minute, with the same inputs, domains and outputs."""
-    text = (EXAMPLE / "contract.toml").read_text()
-    sizes = {"batch_size": 1, "seq_len": 20, "num_heads": 1, "head_dim_k": 16, "head_dim_v": 16}
-    for name, value in sizes.items():
-        text, count = re.subn(
-            rf'(name = "{name}"\nreference = )\d+', rf"\g<1>{value}", text, count=1
-        )
-        assert count == 1, name
-    path = tmp_path / "contract.toml"
-    path.write_text(text)
-    return path
+# B=1, T=20, H=1, K=V=16: CMP-01 under the interpreter in well under a minute, with the
+# example's inputs, domains and outputs.
+TINY = {"batch_size": 1, "seq_len": 20, "num_heads": 1, "head_dim_k": 16, "head_dim_v": 16}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode: the interpreter's tiny run")
@@ -146,7 +135,7 @@ def _tiny_contract(tmp_path: Path) -> Path:
 def test_defective_backward_rejected_by_cmp01(defect, tmp_path):
     """A backward that drops dht's contribution, or dbeta altogether, fails CMP-01 on the
     tiny contract, with a counterexample; the honest candidate passes the same run."""
-    contract = _tiny_contract(tmp_path)
+    contract = resized_contract(EXAMPLE / "contract.toml", TINY, tmp_path / "contract.toml")
     for name, expected in ((defect, "fail"), ("candidate.py", "pass")):
         evidence, log = _verify(
             str(EXAMPLE / "reference.py"),
