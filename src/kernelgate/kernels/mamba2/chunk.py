@@ -165,6 +165,27 @@ def _gate_pair_sums(prefix: torch.Tensor) -> torch.Tensor:
     return pairs.transpose(2, 3).reshape(batch, num_chunks * chunk, heads)[:, :seq_len]
 
 
+def _chunk_dy_x(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """dY X^T within each chunk, [b, T, H, CHUNK_SIZE] (row t, column j: <dy_t, x_j> for the
+    steps of t's chunk), summed over P in float64 and rounded to fp32 once.
+
+    Why float64 and outside the kernel: on x rows with +-2^24 beside values below 1 (the
+    backward contract's ORD-01 "cancel-ends" pattern) an fp32 sum over P cancels the ends to a
+    multiple of 2 and drops the rest, which is all that is left, and dA kept almost nothing of
+    its true value (1.03x the contract's bound). fp32 products are exact in float64. In the
+    kernel a float64 dot spilled on sm_90 (40-60 bytes under Triton 3.9 as [C, RC] column
+    blocks, more as one [C, C] tile); here it is one batched GEMM."""
+    batch, seq_len, heads, dim_p = x.shape
+    num_chunks = triton.cdiv(seq_len, CHUNK_SIZE)
+    pad = (0, 0, 0, 0, 0, num_chunks * CHUNK_SIZE - seq_len)
+    shape = (batch, num_chunks, CHUNK_SIZE, heads, dim_p)
+    dy64 = F.pad(dy.double(), pad).view(shape)
+    x64 = F.pad(x.double(), pad).view(shape)
+    prod = torch.einsum("bcihp,bcjhp->bcihj", dy64, x64)
+    prod = prod.reshape(batch, num_chunks * CHUNK_SIZE, heads, CHUNK_SIZE)
+    return prod[:, :seq_len].float().contiguous()
+
+
 def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
     """Launch the two backward kernels and finish in torch; returns dx, ddt, dA, dB, dC, dD,
     dh0 (dD and dh0 None where D or the initial state were not given)."""
@@ -213,6 +234,7 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
     scores = torch.empty(batch, seq_len, heads, CHUNK_SIZE, **f32)
     d_scores = torch.empty_like(scores)
     gate_prefix = torch.empty_like(scores)
+    dy_x = _chunk_dy_x(dy, x)
     _ssd_chunk_bwd_kernel[(num_chunks, batch * heads)](
         x,
         dt,
@@ -223,6 +245,7 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
         states,
         d_states,
         dy,
+        dy_x,
         dx,
         ddt_direct,
         d_a,
@@ -247,7 +270,7 @@ def chunk_ssd_bwd(x, dt, A, B, C, D, has_initial_state, saved, dy, dht):
         PREC=_dot_precision(x.dtype, "mamba2._ssd_chunk_bwd_kernel"),
         num_warps=NUM_WARPS["chunk_bwd"],
     )
-    del scores, d_scores
+    del scores, d_scores, dy_x
     # a = dt A: d dt = direct part + A d a; dA = sum over b, T of dt d a (float64 sums).
     d_a64 = d_a.double() + _gate_pair_sums(gate_prefix)
     ddt = (ddt_direct.double() + A.double() * d_a64).to(dt.dtype)

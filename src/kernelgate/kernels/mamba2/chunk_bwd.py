@@ -19,6 +19,19 @@ Reverse-mode derivation, per chunk with entering state H, upstream gradients dY 
   to fp32 rounding (that made dA 20-80x less accurate than the fp32 recurrence's).
   From ``a = dt A``: ``d dt += A_h da`` and ``dA_h = sum dt da`` (in the torch wrapper).
 
+Sums over P: ``dY X^T`` (in dSL and e; formed by the wrapper, chunk.py ``_chunk_dy_x``), the
+row sums of ``X * dXdt`` (direct d dt and the state term of da) and ``<H, dH_next>`` add
+float64 products of the fp32 values and round to fp32 once. In fp32, x rows holding +-2^24
+beside values below 1 (the backward contract's ORD-01 "cancel-ends" pattern) cancelled to
+multiples of 2 and dropped the small terms, which are all that is left: dA was 72,509 off on
+a true 77,751 (1.03x the contract's bound, 16x the fp32 recurrence's error of 4,434, which
+meets the cancellation later). fp32 products are exact in float64. In the kernel, ``dY X^T``
+as a float64 dot spilled on sm_90 under Triton 3.9 (48 bytes as one [C, C] tile, 40-60 as
+[C, RC] column blocks), hence the wrapper. ``dY H^T`` (the inter-chunk part of dC and da)
+stays fp32: as a float64 dot it spilled 40 bytes under 3.9 beside the dC and dB accumulators
+and 32 under 3.6 in a P loop of its own; on that pattern its fp32 sum leaves dA 261 off
+(bound 70,946) and d dt 111 (bound 5,382).
+
 Two kernels: ``_ssd_state_bwd_kernel`` (reverse scan, one program per (P tile, N tile,
 batch * head), built like the forward scan) and ``_ssd_chunk_bwd_kernel`` (one program per
 (chunk, batch * head), all of N and P in tiles). No atomics; every partial goes through a
@@ -144,7 +157,8 @@ def _ssd_chunk_bwd_kernel(
     gcum_ptr,
     h_ptr,
     dh_ptr,
-    dy_ptr,  # inputs
+    dy_ptr,
+    dyx_ptr,  # inputs; dyx: dY X^T of each chunk (fp32, summed in fp64), [C, C] per row
     dx_ptr,  # output, in x's dtype
     ddt_ptr,
     dg_ptr,
@@ -193,9 +207,14 @@ def _ssd_chunk_bwd_kernel(
     gamma = tl.where(m_t, tl.exp(g_cum.to(tl.float32)), 0.0)
     to_end = tl.where(m_t, tl.exp((g_last - g_cum).to(tl.float32)), 0.0)
     chunk_decay = tl.exp(g_last.to(tl.float32))
-    decay = _decay(g_cum, g_cum, o_c[:, None] >= o_c[None, :])
 
-    # S = (C B^T) * L and dSL = (dY Xdt^T) * L, stored for the dots below.
+    # dSL = (dY Xdt^T) * L from dY X^T, which the wrapper sums over P in fp64 (see "Sums over
+    # P" in the module docstring); stored for the dots below.
+    decay = _decay(g_cum, g_cum, o_c[:, None] >= o_c[None, :])
+    b_dyx = tl.load(dyx_ptr + row[:, None] * C + o_c[None, :], mask=m_t[:, None], other=0.0)
+    d_s = b_dyx * dt[None, :]  # dY Xdt^T: the gradient of S
+    tl.store(ds_ptr + row[:, None] * C + o_c[None, :], d_s * decay, mask=m_t[:, None])
+    # S = (C B^T) * L, stored for the dots below.
     acc_cb = tl.zeros([C, C], dtype=tl.float32)
     for n0 in range(0, N_END, RN):
         o_n = n0 + o_rn
@@ -207,17 +226,6 @@ def _ssd_chunk_bwd_kernel(
         acc_cb += tl.dot(b_c, b_bt, input_precision=PREC)
     scores = acc_cb * decay
     tl.store(s_ptr + row[:, None] * C + o_c[None, :], scores, mask=m_t[:, None])
-    acc_dyx = tl.zeros([C, C], dtype=tl.float32)  # dY X^T
-    for p0 in range(0, P_END, RN):
-        o_p = p0 + o_rn
-        m_p = o_p < P
-        b_dy = load_tile(dy_ptr, row, m_t, o_p, P)
-        b_xt = tl.load(
-            x_ptr + row[None, :] * P + o_p[:, None], mask=m_p[:, None] & m_t[None, :], other=0.0
-        ).to(tl.float32)
-        acc_dyx += tl.dot(b_dy, b_xt, input_precision=PREC)
-    d_s = acc_dyx * dt[None, :]  # dY Xdt^T: the gradient of S
-    tl.store(ds_ptr + row[:, None] * C + o_c[None, :], d_s * decay, mask=m_t[:, None])
     # a_t enters exp(G_i - G_j) for the pairs j < t <= i: gather e_ij = dS_ij S_ij over them
     # (see the module docstring for why not a reverse cumsum of per-position terms).
     # The prefix sums over j < t are the inclusive ones of column t - 1: stored here, shifted
@@ -233,8 +241,8 @@ def _ssd_chunk_bwd_kernel(
     tl.debug_barrier()
 
     # Per P tile: dXdt = S^T dY + diag(exp(G_L - G)) B dH_next -> dX, d dt.
-    through_state = tl.zeros([C], dtype=tl.float32)  # what exp(G_L - G_j) passes on
-    d_dt = tl.zeros([C], dtype=tl.float32)
+    through_state = tl.zeros([C], dtype=tl.float64)  # what exp(G_L - G_j) passes on
+    d_dt = tl.zeros([C], dtype=tl.float64)
     for p0 in range(0, P_END, BP):
         o_p = p0 + tl.arange(0, BP)
         m_p = o_p < P
@@ -260,9 +268,9 @@ def _ssd_chunk_bwd_kernel(
             acc_bdh += tl.dot(b_b, b_dh, input_precision=PREC)
         d_xdt_state = acc_bdh * to_end[:, None]
         d_xdt = acc_sdy + d_xdt_state
-        b_x = tl.load(x_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(tl.float32)
-        through_state += tl.sum(b_x * d_xdt_state, axis=1) * dt
-        d_dt += tl.sum(b_x * d_xdt, axis=1)
+        b_x = tl.load(x_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0).to(tl.float64)
+        through_state += tl.sum(b_x * d_xdt_state.to(tl.float64), axis=1)
+        d_dt += tl.sum(b_x * d_xdt.to(tl.float64), axis=1)
         b_dx = d_xdt * dt[:, None]
         if HAS_D:
             b_dy = tl.load(dy_ptr + row[:, None] * P + o_p[None, :], mask=m_tp, other=0.0)
@@ -279,7 +287,7 @@ def _ssd_chunk_bwd_kernel(
     # Per N tile: dC = dSL B + diag(exp(G)) dY H^T, dB = dSL^T C + diag(exp(G_L - G) dt)
     # X dH_next^T, and the gate terms of exp(G) and exp(G_L).
     through_inter = tl.zeros([C], dtype=tl.float32)  # what exp(G_i) passes on
-    h_dh = tl.sum(tl.zeros([C], dtype=tl.float32), axis=0)  # <H, dH_next>
+    h_dh = tl.sum(tl.zeros([C], dtype=tl.float64), axis=0)  # <H, dH_next>
     for n0 in range(0, N_END, RN):
         o_n = n0 + o_rn
         m_n = o_n < N
@@ -326,8 +334,8 @@ def _ssd_chunk_bwd_kernel(
             )
             acc_dyh += tl.dot(b_dy, b_ht, input_precision=PREC)
             acc_xdh += tl.dot(b_x, b_dht, input_precision=PREC)
-            h_dh += tl.sum(tl.sum(b_ht * b_dht, axis=1), axis=0)
-        d_c_inter = acc_dyh * gamma[:, None]
+            h_dh += tl.sum(tl.sum(b_ht.to(tl.float64) * b_dht.to(tl.float64), axis=1), axis=0)
+        d_c_inter = acc_dyh * gamma[:, None]  # dY H^T stays fp32: see the module docstring
         b_c = tl.load(c_ptr + bc_row[:, None] * N + o_n[None, :], mask=m_tn, other=0.0).to(
             tl.float32
         )
@@ -339,8 +347,9 @@ def _ssd_chunk_bwd_kernel(
     # d a, less the pairs j < t <= i (added in chunk.py from the prefix sums stored above):
     # exp(G_i) for i >= t, exp(G_L - G_j) for j < t, exp(G_L) always.
     rows_from_t = o_c[:, None] >= o_c[None, :]  # [i, t]: i >= t
+    through_state = through_state.to(tl.float32) * dt
     d_a = tl.sum(tl.where(rows_from_t, through_inter[:, None], 0.0), axis=0)
     d_a += tl.sum(tl.where(rows_from_t, 0.0, through_state[:, None]), axis=0)
-    d_a += chunk_decay * h_dh
+    d_a += chunk_decay * h_dh.to(tl.float32)
     tl.store(dg_ptr + row, d_a, mask=m_t)
-    tl.store(ddt_ptr + row, d_dt, mask=m_t)
+    tl.store(ddt_ptr + row, d_dt.to(tl.float32), mask=m_t)
