@@ -64,8 +64,14 @@ def record(member: str, dims_k: list[int], dims_v: list[int], names: set[str] | 
     """The distinct launch records of the sweep (``names`` only, when given)."""
     from triton.runtime.interpreter import InterpretedFunction
 
+    from kernelgate.sandbox import resources
     from kernelgate.sandbox.resources import LaunchRecorder
 
+    # The judge's recorder keeps at most MAX_RECORDS (256) distinct launches of all kernels;
+    # the full sweep launches more (six kernels x 120 shapes), and with the cap it silently
+    # covered only the first K values. Lifted here for the sweep alone (restored below).
+    cap = resources.MAX_RECORDS
+    resources.MAX_RECORDS = 1 << 30
     recorder = LaunchRecorder()
     original_run = InterpretedFunction.run
     recorder.install(interpreter=True)
@@ -78,6 +84,7 @@ def record(member: str, dims_k: list[int], dims_v: list[int], names: set[str] | 
         drained = recorder.drain()
     finally:
         InterpretedFunction.run = original_run
+        resources.MAX_RECORDS = cap
     records, seen = [], set()
     for r in drained:
         if r.get("backend") != "triton-interpreter" or (names and r["name"] not in names):
@@ -106,6 +113,8 @@ def main() -> None:
     names = set(args.kernels.split(",")) if args.kernels else None
     records = record(args.member, dims_k, dims_v, names)
     print(f"{len(records)} specializations", flush=True)
+    shapes = sorted({(r["constexprs"].get("K"), r["constexprs"].get("V")) for r in records})
+    print("launched (K, V):", shapes, flush=True)
     candidate = ROOT / "examples" / f"{args.member}_backward" / "candidate.py"
     worst: dict[tuple[str, str], list[int]] = {}
     for site in triton_sites(args.triton36):

@@ -19,6 +19,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from kernelgate.kernels.gdn import naive_recurrent_gated_delta_rule
+from kernelgate.kernels.kda import chunk as kda_chunk
 from kernelgate.kernels.kda import chunk_kda, naive_recurrent_kda
 
 from . import _family as family
@@ -122,6 +123,71 @@ def test_chunk_fp32_matches_float64_oracle(case):
     batch, heads, dim_k, dim_v, seq_len, use_h0, final = case
     pairs = run_both(make_inputs(batch, seq_len, heads, dim_k, dim_v, seed=seq_len), use_h0, final)
     family.assert_within(pairs, FP32_TOL)
+
+
+# K and V that are not multiples of 4, K < 32, V < 16: zero-padded around the kernels (the scans
+# spilled on sm_90 at such widths; docs/kernels/kda.md, RES-02).
+PADDED_CASES = [
+    (1, 2, 31, 31, 20, True, True),
+    (1, 1, 1, 1, 17, True, True),
+    (1, 2, 31, 1, 33, False, True),
+    (2, 1, 1, 31, 18, True, False),
+    (1, 1, 33, 130, 17, True, True),  # padding plus a second V tile
+    (1, 1, 8, 6, 17, False, False),  # K aligned but below 32
+]
+
+
+@pytest.mark.parametrize("case", PADDED_CASES, ids=family.case_id)
+def test_chunk_padded_odd_head_sizes_match_float64_oracle(case, monkeypatch):
+    """Odd K and V (K < 32, V < 16) run through kernels launched at padded widths, and o, the
+    final state and every gradient (of the caller's shapes) stay within the fp32 tolerance
+    of the float64 oracle: the padded rows and columns must contribute nothing."""
+    batch, heads, dim_k, dim_v, seq_len, use_h0, final = case
+    launched = []
+    original = kda_chunk.chunk_kda_fwd
+
+    def recording(q, k, v, *rest):
+        launched.append((q.shape[-1], k.shape[-1], v.shape[-1]))
+        return original(q, k, v, *rest)
+
+    monkeypatch.setattr(kda_chunk, "chunk_kda_fwd", recording)
+    pairs = run_both(make_inputs(batch, seq_len, heads, dim_k, dim_v, seed=seq_len), use_h0, final)
+    # K up to a multiple of 4 and at least 32, V up to a multiple of 4 and at least 16
+    wide_k, wide_v = max(-(-dim_k // 4) * 4, 32), max(-(-dim_v // 4) * 4, 16)
+    assert launched and set(launched) == {(wide_k, wide_k, wide_v)}
+    for name, (ours, ref) in pairs.items():
+        assert ours.shape == ref.shape, name
+    family.assert_within(pairs, FP32_TOL)
+
+
+def test_chunk_padded_bf16_odd_head_sizes():
+    """bf16 inputs at K = 31, V = 1 (padded, as fp32 copies by default): within half a bf16
+    ulp of the float64 oracle, gradients in the inputs' dtypes and shapes."""
+    inputs = make_inputs(1, 19, 2, 31, 1, dtype=torch.bfloat16, seed=7)
+    pairs = run_both(inputs, True, True)
+    assert pairs["dq"][0].dtype == torch.bfloat16 and pairs["dq"][0].shape[-1] == 31
+    assert pairs["dv"][0].shape[-1] == 1 and pairs["dh0"][0].shape[-2:] == (31, 1)
+    family.assert_within(pairs, family.half_ulp_tolerance(torch.bfloat16, FP32_TOL))
+
+
+def test_chunk_padded_path_bitwise_deterministic():
+    """Three forward and backward runs at a padded shape (K = 31, V = 31), fresh copies each
+    time: o, the final state and every gradient bitwise identical (the padding and the cuts
+    add no reduction whose order could vary)."""
+    inputs = make_inputs(1, 20, 2, 31, 31, seed=11)
+    do = torch.randn(inputs[2].shape, device=DEVICE)
+    dht = torch.randn_like(inputs[-1])
+    first = None
+    for _ in range(3):
+        xs = [x.detach().clone().requires_grad_() for x in inputs]
+        o, ht = chunk_kda(*xs[:-1], initial_state=xs[-1], output_final_state=True)
+        ((o * do).sum() + (ht * dht).sum()).backward()
+        result = [o, ht] + [x.grad for x in xs]
+        if first is None:
+            first = [t.detach().clone() for t in result]
+            continue
+        for name, a, b in zip(("o", "ht", *GRAD_NAMES), first, result, strict=True):
+            assert torch.equal(a, b), f"{name} differs between runs"
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)

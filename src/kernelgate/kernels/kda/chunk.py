@@ -14,6 +14,7 @@ from kernelgate.kernels._common import (
     state_buffer,
     tile_width,
 )
+from kernelgate.kernels._padding import StatePadding, zero_pad
 from kernelgate.kernels._precision import dot_precision as _dot_precision
 from kernelgate.kernels.gla.chunk import (
     CHUNK_SIZE,
@@ -43,6 +44,10 @@ NARROW_STATE_FWD_WARPS = 8
 # Its loop stop is passed as round_up(K, SCAN_ROWS), a runtime value that is never 1 (see
 # _common.round_up).
 SCAN_ROWS = 16
+# The narrowest K the kernels are launched at (narrower K is zero-padded, see kda_padding).
+MIN_PADDED_K = 32
+# The narrowest V they are launched at (one 16-wide V tile: narrower V gains nothing).
+MIN_PADDED_V = 16
 
 
 def chunk_kda_fwd(q, k, v, g, beta, scale, initial_state, output_final_state):
@@ -237,21 +242,54 @@ def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
     return dq, dk, dv, dg, dbeta, dh0
 
 
+def kda_padding(k: torch.Tensor, v: torch.Tensor, *row_dtypes: torch.dtype) -> StatePadding:
+    """The padded widths of K and V: each aligned (kernelgate.kernels._padding), and K at
+    least MIN_PADDED_K. Aligning alone left K = 1 at K = 4, where Triton 3.6's sm_90 compile
+    of ``_state_bwd_kernel`` still spilled 4-8 bytes (with dht and dh0, V = 4 or 16); K = 16
+    spilled 4 bytes too (3.9's ``_state_fwd_kernel`` at V = 4, 8 warps; 3.6's reverse scan);
+    K = 32 is spill-free with every V swept. V is at least MIN_PADDED_V: V = 1 launched as
+    V = 4 made Triton 3.9 spill 60 bytes in ``_wy_bwd_kernel`` (H = 1, K = 32), none at
+    V = 16. Only K < 32 and V < 16 pay (a copy; V's 16-wide tile is the same)."""
+    pad = StatePadding.of(k.shape[-1], v.shape[-1], (k.dtype, *row_dtypes), (v.dtype,))
+    return StatePadding(
+        pad.rows, pad.cols, max(pad.rows_wide, MIN_PADDED_K), max(pad.cols_wide, MIN_PADDED_V)
+    )
+
+
 class ChunkKDAFunction(torch.autograd.Function):
     """Forward saves the chunk intermediates (fp32 Tinv, W, chunk states, deltas and masked
-    scores) so the backward recomputes nothing sequential except its own reverse scan."""
+    scores) so the backward recomputes nothing sequential except its own reverse scan.
+
+    K and V of a width that is not a multiple of 4 (8 for 16-bit kernel inputs), K below 32
+    and V below 16 are zero-padded around the kernels (kda_padding; a copy of q, k, g, v
+    and the states only then): at such widths Triton's sm_90 compile of the two scans fell
+    back to scalar loads and spilled 4-12 bytes (RES-02; docs/kernels/kda.md).
+    The padding is exact: padded key channels have k = q = 0 and g = 0, so their state rows
+    stay zero under ``(I - beta k k^T) diag(exp(g))``; padded value columns have v = 0, so
+    their state columns stay zero; neither reaches o, and both are cut off the results and
+    the gradients."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, scale, initial_state, output_final_state):
+        pad = kda_padding(k, v, q.dtype, g.dtype)
+        q, k, g = (zero_pad(x, pad.rows_wide) for x in (q, k, g))
+        v = zero_pad(v, pad.cols_wide)
+        initial_state = pad.pad_state(initial_state)
         inputs = (q, k, v, g, beta)
-        return recurrence_forward(
+        o, final_state = recurrence_forward(
             ctx, chunk_kda_fwd, inputs, scale, initial_state, output_final_state
         )
+        ctx.pad = pad
+        return pad.cut_forward(o, final_state)
 
     @staticmethod
     def backward(ctx, do, dht):
+        pad = ctx.pad
+        do, dht = pad.pad_cotangents(do, dht)
         dq, dk, dv, dg, dbeta, dh0 = recurrence_backward(ctx, chunk_kda_bwd, do, dht)
-        return dq, dk, dv, dg, dbeta, None, dh0, None
+        dq, dk, dg = (x[..., : pad.rows] for x in (dq, dk, dg))
+        dv = dv[..., : pad.cols]
+        return dq, dk, dv, dg, dbeta, None, pad.cut_state(dh0), None
 
 
 def chunk_kda(
