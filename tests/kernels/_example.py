@@ -1,5 +1,6 @@
-"""What the GDN example tests share: loading an example's files, running ``kernelgate
-verify`` on them in a process of its own, and where the GPU verifies leave their evidence."""
+"""What the kernel example tests share: loading an example's files, running ``kernelgate
+verify`` on them in a process of its own, where the GPU verifies leave their evidence, and
+the check of a backward candidate's gradients against its reference's."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
+
+from ._measure import rel_err
 
 ROOT = Path(__file__).resolve().parents[2]
 # The example candidates, by the kernel paths they run: "staged" is the verified default
@@ -88,3 +92,52 @@ def resized_contract(contract: Path, sizes: dict[str, int], out: Path) -> Path:
         assert count == 1, f"{contract} has no dim {name!r} with a reference size"
     out.write_text(text)
     return out
+
+
+def assert_verified_on_gpu(reference: Path, candidate: Path, contract: Path, out: Path) -> None:
+    """``kernelgate verify --device cuda`` of the example, its evidence written to ``out``:
+    the verdict must be "verified" (each gate's status and reason are printed, for the
+    device log)."""
+    evidence, log = verify(
+        str(reference),
+        str(candidate),
+        "--contract",
+        str(contract),
+        "--device",
+        "cuda",
+        str(out),
+        timeout=1800,
+    )
+    summary = {g["id"]: (g["status"], g["reason"]) for g in evidence["gates"]}
+    print(json.dumps(summary, indent=1))
+    assert evidence["verdict"] == "verified", (summary, log[-3000:])
+
+
+def assert_gradients_match(
+    reference: torch.nn.Module,
+    candidate: torch.nn.Module,
+    inputs: list[torch.Tensor],
+    names: tuple[str, ...],
+    grad_of: tuple[int, ...],
+    tolerance: float,
+) -> None:
+    """Every gradient the candidate returns within ``tolerance`` relative error of the
+    reference's float64 autograd on the same values, each of the dtype and shape of the
+    input it belongs to (``grad_of``, by position); the candidate leaves its inputs
+    untouched and returns fresh tensors that do not require grad."""
+    before = [x.clone() for x in inputs]
+    with torch.no_grad():  # as the judge calls both
+        expected = reference(*[x.double() for x in inputs])
+        got = candidate(*inputs)
+    assert len(got) == len(expected) == len(names)
+    errors = {}
+    for name, ours, ref, like in zip(names, got, expected, grad_of, strict=True):
+        assert ours.dtype == inputs[like].dtype and ours.shape == inputs[like].shape, name
+        assert not ours.requires_grad, name
+        errors[name] = rel_err(ours, ref)
+    bad = {name: e for name, e in errors.items() if not e <= tolerance}
+    assert not bad, f"relative errors above {tolerance}: {bad} (all: {errors})"
+    for x, y in zip(inputs, before, strict=True):
+        assert torch.equal(x, y) and not x.requires_grad
+    storages = {x.untyped_storage().data_ptr() for x in inputs}
+    assert not storages & {g.untyped_storage().data_ptr() for g in got}

@@ -15,7 +15,6 @@ minutes, so it is not run here: its evidence is committed (benchmarks/results/
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,14 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from ._example import evidence_folder, load, resized_contract, verify
+from ._example import (
+    assert_gradients_match,
+    assert_verified_on_gpu,
+    evidence_folder,
+    load,
+    resized_contract,
+    verify,
+)
 from ._measure import ensemble_ratio, rel_err
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,23 +161,14 @@ def test_candidate_gradients_match_float64_reference(example: BackwardExample, s
     """Every gradient of the candidate (fp32 kernels) within 1e-5 relative error of the
     reference's float64 autograd, on the same input values; the candidate leaves its inputs
     untouched and returns fresh tensors of the inputs' dtypes and shapes."""
-    inputs = example.inputs(dict(zip(example.dims, shape, strict=True)), seed=sum(shape))
-    before = [x.clone() for x in inputs]
-    with torch.no_grad():  # as the judge calls both
-        expected = example.reference().Model()(*[x.double() for x in inputs])
-        got = example.candidate()(*inputs)
-    assert len(got) == len(expected) == len(example.grads)
-    errors = {}
-    for name, ours, ref, like in zip(example.grads, got, expected, example.grad_of, strict=True):
-        assert ours.dtype == inputs[like].dtype and ours.shape == inputs[like].shape, name
-        assert not ours.requires_grad, name
-        errors[name] = rel_err(ours, ref)
-    bad = {name: e for name, e in errors.items() if not e <= FP32_TOL}
-    assert not bad, f"relative errors above {FP32_TOL}: {bad} (all: {errors})"
-    for x, y in zip(inputs, before, strict=True):
-        assert torch.equal(x, y) and not x.requires_grad
-    storages = {x.untyped_storage().data_ptr() for x in inputs}
-    assert not storages & {g.untyped_storage().data_ptr() for g in got}
+    assert_gradients_match(
+        example.reference().Model(),
+        example.candidate(),
+        example.inputs(dict(zip(example.dims, shape, strict=True)), seed=sum(shape)),
+        example.grads,
+        example.grad_of,
+        FP32_TOL,
+    )
 
 
 @MEMBERS
@@ -258,17 +255,9 @@ def test_backward_example_verified_on_gpu(member, reference, contract, label, tm
     folder named by KERNELGATE_BWD_EVIDENCE (else a temporary one), as
     <member>-bwd-verify-<label>-h200.json."""
     example = BY_MEMBER[member]
-    folder = evidence_folder((EVIDENCE_ENV,), tmp_path)
-    evidence, log = verify(
-        str(example.folder / reference),
-        str(example.folder / "candidate.py"),
-        "--contract",
-        str(example.folder / contract),
-        "--device",
-        "cuda",
-        str(folder / f"{member}-bwd-verify-{label}-h200.json"),
-        timeout=1800,
+    assert_verified_on_gpu(
+        example.folder / reference,
+        example.folder / "candidate.py",
+        example.folder / contract,
+        evidence_folder((EVIDENCE_ENV,), tmp_path) / f"{member}-bwd-verify-{label}-h200.json",
     )
-    summary = {g["id"]: (g["status"], g["reason"]) for g in evidence["gates"]}
-    print(json.dumps(summary, indent=1))
-    assert evidence["verdict"] == "verified", (summary, log[-3000:])

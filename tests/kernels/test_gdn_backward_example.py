@@ -9,7 +9,6 @@ example takes minutes (200-440 s), so it is not run here; see examples/gdn_backw
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -21,10 +20,17 @@ if not torch.cuda.is_available():
 
 from kernelgate.kernels.gdn import chunk as gdn_chunk
 
-from ._example import CANDIDATES, counting_calls, evidence_folder, resized_contract
+from ._example import (
+    CANDIDATES,
+    assert_gradients_match,
+    assert_verified_on_gpu,
+    counting_calls,
+    evidence_folder,
+    resized_contract,
+)
 from ._example import load as _load
 from ._example import verify as _verify
-from ._measure import ensemble_ratio, rel_err, tf32_create_dot
+from ._measure import ensemble_ratio, tf32_create_dot
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "gdn_backward"
@@ -56,25 +62,14 @@ def test_candidate_gradients_match_float64_reference(shape, path):
     """Every gradient of the candidate (fp32 kernels) within 1e-5 relative error of the
     reference's float64 autograd of the recurrence, on the same input values; the candidate
     leaves its inputs untouched and returns fresh tensors of the inputs' dtypes."""
-    reference = _load(EXAMPLE / "reference.py", "gdn_bwd_reference").Model()
-    candidate = _load(EXAMPLE / CANDIDATES[path], f"gdn_bwd_candidate_{path}").ModelNew()
-    inputs = _inputs(*shape, seed=sum(shape))
-    before = [x.clone() for x in inputs]
-    with torch.no_grad():  # as the judge calls both
-        expected = reference(*[x.double() for x in inputs])
-        got = candidate(*inputs)
-    assert len(got) == len(expected) == len(GRAD_NAMES)
-    errors = {}
-    for name, ours, ref, like in zip(GRAD_NAMES, got, expected, [0, 1, 2, 3, 4, 6], strict=True):
-        assert ours.dtype == inputs[like].dtype and ours.shape == inputs[like].shape, name
-        assert not ours.requires_grad, name
-        errors[name] = rel_err(ours, ref)
-    bad = {name: e for name, e in errors.items() if not e <= FP32_TOL}
-    assert not bad, f"relative errors above {FP32_TOL}: {bad} (all: {errors})"
-    for x, y in zip(inputs, before, strict=True):
-        assert torch.equal(x, y) and not x.requires_grad
-    storages = {x.untyped_storage().data_ptr() for x in inputs}
-    assert not storages & {g.untyped_storage().data_ptr() for g in got}
+    assert_gradients_match(
+        _load(EXAMPLE / "reference.py", "gdn_bwd_reference").Model(),
+        _load(EXAMPLE / CANDIDATES[path], f"gdn_bwd_candidate_{path}").ModelNew(),
+        _inputs(*shape, seed=sum(shape)),
+        GRAD_NAMES,
+        (0, 1, 2, 3, 4, 6),
+        FP32_TOL,
+    )
 
 
 def test_registers_candidate_runs_the_registers_paths_and_restores_the_defaults(monkeypatch):
@@ -175,17 +170,9 @@ def test_backward_example_verified_on_gpu(path, reference, contract, evidence, t
     """The twelve gates on the device, fp32 and bf16, for each candidate: verified. The
     evidence goes to the folder named by KERNELGATE_GDN_BWD_EVIDENCE when it is set (the
     staged candidate's files keep the names earlier device runs wrote)."""
-    out = evidence_folder((EVIDENCE_ENV,), tmp_path) / evidence
-    evidence_json, log = _verify(
-        str(EXAMPLE / reference),
-        str(EXAMPLE / CANDIDATES[path]),
-        "--contract",
-        str(EXAMPLE / contract),
-        "--device",
-        "cuda",
-        str(out),
-        timeout=1800,
+    assert_verified_on_gpu(
+        EXAMPLE / reference,
+        EXAMPLE / CANDIDATES[path],
+        EXAMPLE / contract,
+        evidence_folder((EVIDENCE_ENV,), tmp_path) / evidence,
     )
-    summary = {g["id"]: (g["status"], g["reason"]) for g in evidence_json["gates"]}
-    print(json.dumps(summary, indent=1))
-    assert evidence_json["verdict"] == "verified", (summary, log[-3000:])

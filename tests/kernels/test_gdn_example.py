@@ -10,7 +10,6 @@ paths").
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -22,9 +21,8 @@ if not torch.cuda.is_available():
 
 from kernelgate.kernels.gdn import chunk as gdn_chunk
 
-from ._example import CANDIDATES, counting_calls, evidence_folder
+from ._example import CANDIDATES, assert_verified_on_gpu, counting_calls, evidence_folder
 from ._example import load as _load
-from ._example import verify as _verify
 from ._measure import rel_err
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,17 +98,9 @@ def test_forward_example_verified_on_gpu(path, tmp_path):
     """The twelve gates on the device (the contract is fp32 only): verified. The evidence,
     gdn-verify-<path>.json, goes to the folder named by KERNELGATE_GDN_EVIDENCE (or else
     KERNELGATE_GDN_BWD_EVIDENCE) when one is set."""
-    out = evidence_folder(EVIDENCE_ENVS, tmp_path) / f"gdn-verify-{path}.json"
-    evidence, log = _verify(
-        str(EXAMPLE / "reference.py"),
-        str(EXAMPLE / CANDIDATES[path]),
-        "--contract",
-        str(EXAMPLE / "contract.toml"),
-        "--device",
-        "cuda",
-        str(out),
-        timeout=1800,
+    assert_verified_on_gpu(
+        EXAMPLE / "reference.py",
+        EXAMPLE / CANDIDATES[path],
+        EXAMPLE / "contract.toml",
+        evidence_folder(EVIDENCE_ENVS, tmp_path) / f"gdn-verify-{path}.json",
     )
-    summary = {g["id"]: (g["status"], g["reason"]) for g in evidence["gates"]}
-    print(json.dumps(summary, indent=1))
-    assert evidence["verdict"] == "verified", (summary, log[-3000:])
