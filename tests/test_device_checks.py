@@ -38,6 +38,7 @@ from kernelgate.sandbox.sanitizer import (
     parse_summary,
     run_status,
 )
+from kernelgate.sandbox.sanitizer_outcomes import DEFAULT_BUDGET_S
 
 MEMCHECK_REPORT = """\
 ========= COMPUTE-SANITIZER
@@ -178,7 +179,7 @@ def test_the_budget_is_shared_by_the_tools_and_a_spent_one_skips_the_rest(
         Path("c.py"), [], "cuda", [[]], poison=0, guard_bytes=0, timeout=10, budget_s=60.0
     )
     assert why == ""
-    assert [t for t, _ in shares] == ["memcheck", "racecheck", "initcheck"]
+    assert [t for t, _ in shares] == ["memcheck", "racecheck", "synccheck"]
     assert shares[0][1] == pytest.approx(15.0)  # 60 / 4
     assert shares[1][1] == pytest.approx(50.0 / 3)  # memcheck left 50 for three tools
     assert shares[2][1] == pytest.approx(15.0 / 2)  # racecheck overran its share
@@ -254,7 +255,7 @@ def test_an_authored_kernel_makes_the_record_eligible_and_memcheck_fails_res01(
 ) -> None:
     result = sanitize_after_gates(_res01(), _ctx(), SanitizePolicy("authored", 60.0), AUTHORED)
     (asked,) = fake_tools
-    assert asked["budget_s"] == 60.0 and asked["tools"][-1] == "synccheck"
+    assert asked["budget_s"] == 60.0 and asked["tools"][-1] == "initcheck"
     assert asked["kernels"].authored == {"oob_write_kernel"}
     assert "vectorized_elementwise_kernel" in asked["kernels"].library
     assert result.status is Status.FAIL
@@ -314,7 +315,7 @@ def test_cpu_mode_is_never_sanitized(fake_tools: list[dict[str, Any]]) -> None:
 def test_audit_options_sanitize_device_audits_by_default() -> None:
     assert AuditOptions("out", device="cpu").sanitize_policy() is None
     policy = AuditOptions("out", device="cuda").sanitize_policy()
-    assert policy == SanitizePolicy("authored", 60.0)
+    assert policy == SanitizePolicy("authored", DEFAULT_BUDGET_S)
     assert AuditOptions("out", device="cuda", sanitize_seconds=30).sanitize_policy().seconds == 30
     assert AuditOptions("out", device="cuda", sanitize=False).sanitize_policy() is None
     # a sanitized record's judge gets the budget on top of its ceiling
@@ -335,9 +336,9 @@ def test_no_sanitize_reaches_the_audit_and_its_resume_command(
     corpus = tmp_path / "pairs"
     corpus.mkdir()
     for flags, sanitize, seconds in (
-        (["--no-sanitize"], False, 60.0),
+        (["--no-sanitize"], False, DEFAULT_BUDGET_S),
         (["--sanitize-seconds", "25"], True, 25.0),
-        ([], True, 60.0),
+        ([], True, DEFAULT_BUDGET_S),
     ):
         asked.clear()
         CliRunner().invoke(app, ["audit", str(corpus), "--out", str(tmp_path / "o"), *flags])
@@ -536,7 +537,7 @@ def test_report_has_the_sanitizer_and_res02_tables() -> None:
     tables = {title: cells for title, _header, cells in _sections(summary)}
     sanitizers = tables["compute-sanitizer (RES-01) on records with authored kernels"]
     assert sanitizers[0] == ["memcheck", "4", "3", "1", "0", "-", "60", "20.0"]
-    assert sanitizers[3][0] == "synccheck" and sanitizers[3][5] == "out-of-budget 3"
+    assert sanitizers[2][0] == "synccheck" and sanitizers[2][5] == "out-of-budget 3"
     res02 = tables["RES-02 coverage (records with authored kernels)"]
     assert res02[:2] == [
         ["records with authored kernels", "4"],

@@ -123,7 +123,7 @@ def test_device_audit_sanitizes_authored_kernels_and_reads_their_resources(
         assert row["authored_kernels"] == 1, name
         assert row["res02"]["status"] == "pass", (name, row["gates"])
         tools = row["sanitizer"]["tools"]
-        assert list(tools) == ["memcheck", "racecheck", "initcheck", "synccheck"], name
+        assert list(tools) == ["memcheck", "racecheck", "synccheck", "initcheck"], name
         assert all(t["ran"] for t in tools.values()), (name, tools)
     assert rows["honest"]["verdict"] == "verified", rows["honest"]["gates"]
     honest_tools = rows["honest"]["sanitizer"]["tools"].values()

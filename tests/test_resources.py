@@ -329,6 +329,6 @@ def test_honest_softmax_is_clean_under_the_sanitizer() -> None:
     res01 = verdict.gate("RES-01")
     assert res01.status is Status.PASS, res01.evidence
     runs = res01.evidence["sanitizer_runs"]
-    assert [r["tool"] for r in runs] == ["memcheck", "racecheck", "initcheck", "synccheck"]
+    assert [r["tool"] for r in runs] == ["memcheck", "racecheck", "synccheck", "initcheck"]
     assert all(r["errors"] == 0 for r in runs), runs
     assert verdict.verdict.value == "verified"
