@@ -95,10 +95,12 @@ def test_waiting_for_admission_does_not_count_against_the_record_limit(tmp_path:
 
 
 def test_the_estimate_grows_with_the_reference_and_covers_the_unknown() -> None:
-    elements = admission.reference_elements(SOFTMAX / "reference.py")
-    assert elements is not None and elements > 0
+    elements, work = admission.reference_elements(SOFTMAX / "reference.py")
+    assert elements is not None and elements > 0 and work > 0
     small, large = (admission.estimate_device_bytes(n) for n in (elements, 10 * elements))
     assert admission.CONTEXT_BYTES < small < large
+    with_work = admission.estimate_device_bytes(elements, work)
+    assert with_work == small + admission.BYTES_PER_WORK_ELEMENT * work
 
     def per_run(n: int) -> int:  # the estimate less the fixed part and what is held
         return admission.estimate_device_bytes(n) - admission.CONTEXT_BYTES - held(n)
@@ -139,7 +141,7 @@ def test_the_estimate_includes_what_a_judge_holds_on_the_device_within_its_budge
 def test_an_unsizable_reference_is_an_unknown_not_an_error(tmp_path: Path) -> None:
     broken = tmp_path / "reference.py"
     broken.write_text("raise RuntimeError('no')\n")
-    assert admission.reference_elements(broken) is None
+    assert admission.reference_elements(broken) == (None, 0)
 
 
 def test_no_admission_in_cpu_mode(tmp_path: Path) -> None:
@@ -149,3 +151,52 @@ def test_no_admission_in_cpu_mode(tmp_path: Path) -> None:
     with device_admission(SOFTMAX / "reference.py", options, tmp_path) as reserved:
         assert reserved == {}
     assert not (tmp_path / "admission").exists()
+
+
+DEEP = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        wide = x.repeat(1, 64)  # 64x the input
+        wider = torch.cat([wide, wide], dim=1)
+        wider.relu_()  # in place and views: no new memory
+        flat = wider.view(-1).view(N, -1)
+        del wide
+        return flat.sum(dim=1, keepdim=True)
+
+N, D = 128, 256
+
+def get_inputs():
+    return [torch.randn(N, D)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_the_footprint_counts_what_forward_keeps_alive_at_once(tmp_path: Path) -> None:
+    """The intermediates of a deep or wide forward are what ran judges out of device memory
+    beside each other (CUDA-L1 h100 L2/T96): counted at their peak, views and in-place
+    results not counted again, freed tensors no longer counted."""
+    from kernelgate.formats.kernelbench import load_reference
+
+    reference = tmp_path / "reference.py"
+    reference.write_text(DEEP)
+    footprint = load_reference(reference).footprint()
+    assert footprint is not None
+    n, d = 128, 256
+    assert footprint.elements == n * d + n  # input and output: what sizes are admitted by
+    # the peak: the repeat (64 n d) and the cat (128 n d) alive together; the sum (n) comes
+    # once the repeat is freed, and the relu_ and the views add nothing
+    assert footprint.work_elements == (64 + 128) * n * d
+    elements, work = admission.reference_elements(reference)
+    assert (elements, work) == (footprint.elements, footprint.work_elements)
+    assert (
+        admission.estimate_device_bytes(elements, work)
+        > admission.estimate_device_bytes(elements) + admission.BYTES_PER_WORK_ELEMENT * 64 * n * d
+    )

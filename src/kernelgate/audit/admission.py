@@ -15,16 +15,16 @@ in the audit's folder: judges of a local pool and of Ray workers on one node mee
 entry whose process has died counts for nothing, so a judge killed mid-record (its whole
 tree SIGKILLed by the audit) frees its reservation without a word.
 
-The estimate is a model, not a measurement (docs/audit.md, "Memory-aware admission"): per
-element the reference holds at its own sizes (parameters, buffers, inputs and outputs), the
-float64 oracle's copies and intermediates in the judge (2 x 8 bytes), the judge's pristine
-inputs, the outputs it receives and its comparisons (3 x 4 bytes), the worker's copies and
-the candidate's temporaries (3 x 4 bytes); plus a fixed part for the two CUDA contexts
-and the judge's allocator (``CONTEXT_BYTES``); plus what the judge keeps on the device
-from run to run (``held_device_bytes``: its recent cases' oracle results and the copies of
-their inputs, each within its per-judge budget in ``gates/base.py``, and no more than
-cases of the reference's sizes hold). Each row records its estimate beside the memory the
-judge measured, for checking the model against the device.
+The estimate is a model, not a measurement (docs/audit.md, "Memory-aware admission"), fitted
+to what judges measured on the device: per element the reference holds at its own sizes
+(parameters, buffers, inputs and outputs) ``BYTES_PER_ELEMENT``, per element of the
+largest set of tensors its ``forward`` keeps alive at once (intermediates and outputs,
+``Footprint.work_elements``) ``BYTES_PER_WORK_ELEMENT``; plus a fixed part for the two
+CUDA contexts and the judge's allocator (``CONTEXT_BYTES``); plus what the judge keeps on
+the device from run to run (``held_device_bytes``: its recent cases' oracle results and
+the copies of their inputs, each within its per-judge budget in ``gates/base.py``, and no
+more than cases of the reference's sizes hold). Each row records its estimate beside the
+memory the judge measured, for checking the model against the device.
 """
 
 from __future__ import annotations
@@ -44,7 +44,19 @@ from kernelgate.audit.processes import JudgeProcess
 from kernelgate.sandbox.confine import pid_alive
 
 GIB = 1 << 30
-BYTES_PER_ELEMENT = 2 * 8 + 3 * 4 + 3 * 4  # oracle (float64), judge side, worker side
+# Fitted to the CUDA-L1 h100 audit on an H100 (2026-12-05, 159 records; the judge's own
+# allocator peak, +20% for the worker's side, which the judge does not see). The first model
+# (40 bytes an element, inputs and outputs only) under-reserved its largest records 2 to 6x:
+# an elementwise op over 269M elements (L1/T9) reserved 33 GiB in the judge alone (125 bytes
+# an element: the float64 oracle's copies, the native and the candidate's results, the
+# comparisons, the gates' probes), a network with 6.3M input and output elements (L2/T96)
+# 21 GiB (its forward keeps 504M elements alive: 41 bytes each). Judges admitted beside
+# them ran out of memory and were judged again, alone, at the end of the audit: the
+# retry cycle that memory-aware admission is there to prevent. With these two terms the
+# estimate covers every record that held over 2 GiB to within 0.8x of the judge's peak
+# (median 1.4x).
+BYTES_PER_ELEMENT = 120
+BYTES_PER_WORK_ELEMENT = 40
 # Held whatever the sizes: two CUDA contexts (judge, worker; about 0.5 GiB each) and what the
 # judge's allocator reserved on the smallest CUDA-L1 records on the H200 (1.0-1.6 GiB)
 CONTEXT_BYTES = 3 * GIB
@@ -62,14 +74,17 @@ SIZING_SECONDS = 10.0  # for the meta-device run that sizes the reference
 WAITING_MARKER = "admission-waiting"  # in a record's work folder while its judge waits
 
 
-def estimate_device_bytes(elements: int | None) -> int:
+def estimate_device_bytes(elements: int | None, work_elements: int = 0) -> int:
     """Device memory a judge and its worker hold for a reference of ``elements`` tensor
-    elements (``ReferenceProgram.footprint``; None: not measurable on the meta device):
-    what a run takes, and what the judge keeps between runs (``held_device_bytes``)."""
+    elements and ``work_elements`` alive at once in its ``forward``
+    (``ReferenceProgram.footprint``; None: not measurable on the meta device): what a run
+    takes, and what the judge keeps between runs (``held_device_bytes``)."""
     held = held_device_bytes(elements)
     if elements is None:
         return CONTEXT_BYTES + UNKNOWN_ELEMENTS_BYTES + held
-    return CONTEXT_BYTES + BYTES_PER_ELEMENT * elements + held
+    return (
+        CONTEXT_BYTES + BYTES_PER_ELEMENT * elements + BYTES_PER_WORK_ELEMENT * work_elements + held
+    )
 
 
 def held_device_bytes(elements: int | None) -> int:
@@ -91,10 +106,11 @@ def held_device_bytes(elements: int | None) -> int:
     return min(budgets, max(base.RESULTS_KEPT_BYTES, cases))
 
 
-def reference_elements(reference: Path, seconds: float = SIZING_SECONDS) -> int | None:
-    """Tensor elements the reference holds at its own sizes, measured on the meta device
-    (None when it cannot be built there, fails, or takes over ``seconds``: the meta device
-    runs a recurrent network step by step). Its failures are ``verify``'s to report."""
+def reference_elements(reference: Path, seconds: float = SIZING_SECONDS) -> tuple[int | None, int]:
+    """Tensor elements the reference holds at its own sizes and the most its ``forward``
+    keeps alive at once, measured on the meta device (``(None, 0)`` when it cannot be built
+    there, fails, or takes over ``seconds``: the meta device runs a recurrent network step
+    by step). Its failures are ``verify``'s to report."""
     from kernelgate.formats.kernelbench import load_reference
     from kernelgate.inputs.footprint import Expired, time_limit
 
@@ -102,8 +118,8 @@ def reference_elements(reference: Path, seconds: float = SIZING_SECONDS) -> int 
         with time_limit(seconds):
             footprint = load_reference(reference).footprint()
     except (Exception, Expired):
-        return None
-    return None if footprint is None else footprint.elements
+        return None, 0
+    return (None, 0) if footprint is None else (footprint.elements, footprint.work_elements)
 
 
 def device_budget() -> int | None:

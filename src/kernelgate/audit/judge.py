@@ -798,14 +798,15 @@ def device_admission(
     if budget is None:
         yield {}
         return
-    elements = admission.reference_elements(reference)
-    estimate = admission.estimate_device_bytes(elements)
+    elements, work_elements = admission.reference_elements(reference)
+    estimate = admission.estimate_device_bytes(elements, work_elements)
     ledger = admission.Ledger(admission.ledger_path(Path(options.out_dir) / "admission"), budget)
     marker = work / admission.WAITING_MARKER
     with ledger.admitted(estimate, marker=marker, on_wait=_log_step) as waited:
         _log_step(f"admitted: {estimate / admission.GIB:.1f} GiB reserved after {waited:.1f} s")
         yield {
             "elements": elements,
+            "work_elements": work_elements,
             "estimate_bytes": estimate,
             "held_bytes": admission.held_device_bytes(elements),  # part of the estimate
             "budget_bytes": budget,

@@ -14,6 +14,7 @@ import importlib.util
 import itertools
 import random
 import sys
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelgate.errors import CandidateLoadError, ReferenceError_
 
@@ -100,10 +102,44 @@ def check_candidate_source(path: str | Path, class_name: str = "ModelNew") -> st
 class Footprint:
     """A reference case's size: tensor elements held (parameters, buffers, inputs, outputs)
     and floating-point operations in ``forward`` (matmuls and convolutions, as PyTorch's
-    ``FlopCounterMode`` counts them)."""
+    ``FlopCounterMode`` counts them). ``work_elements``: the most elements of tensors that
+    ``forward`` made (intermediates and outputs) alive at once. Sizes are admitted by
+    ``elements`` alone; the audit's device-memory estimate adds ``work_elements``, which a
+    deep network needs far beyond its inputs and outputs (CUDA-L1 h100 L2/T96 held 3,300
+    bytes of device memory per input and output element)."""
 
     elements: int
     flops: int
+    work_elements: int = 0
+
+
+class LiveElements(TorchDispatchMode):
+    """Counts the elements of the tensors computed under it that are alive at once, peak
+    kept in ``peak``. An output that aliases an input (a view, an in-place op) is not new
+    memory and is not counted; a counted tensor stops counting when it is freed (a weak
+    reference), as the caching allocator would reuse its memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+
+    def _freed(self, elements: int) -> None:
+        self.live -= elements
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        returns = getattr(getattr(func, "_schema", None), "returns", ())
+        outputs = out if isinstance(out, tuple | list) else (out,)
+        for index, tensor in enumerate(outputs):
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            if index < len(returns) and returns[index].alias_info is not None:
+                continue  # a view or the input written in place
+            elements = tensor.numel()
+            self.live += elements
+            weakref.finalize(tensor, self._freed, elements)
+        self.peak = max(self.peak, self.live)
+        return out
 
 
 @dataclass
@@ -159,15 +195,15 @@ class ReferenceProgram:
                 return None
             held = itertools.chain(model.parameters(), model.buffers())
             elements = sum(t.numel() for t in held)
-            counter = FlopCounterMode(display=False)
+            counter, live = FlopCounterMode(display=False), LiveElements()
             try:
                 inputs = list(self.module.get_inputs())
                 elements += _elements(inputs)
-                with counter:
+                with counter, live:
                     elements += _elements(model(*inputs))
             except Exception:
                 pass
-        return Footprint(elements, counter.get_total_flops())
+        return Footprint(elements, counter.get_total_flops(), live.peak)
 
     def init_inputs(self) -> list[Any]:
         set_seed(KERNELBENCH_SEED)
