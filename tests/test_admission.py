@@ -200,3 +200,22 @@ def test_the_footprint_counts_what_forward_keeps_alive_at_once(tmp_path: Path) -
         admission.estimate_device_bytes(elements, work)
         > admission.estimate_device_bytes(elements) + admission.BYTES_PER_WORK_ELEMENT * 64 * n * d
     )
+
+
+def test_a_judge_waits_while_the_device_holds_more_than_was_reserved(
+    tmp_path: Path, sleeper
+) -> None:
+    """Reservations are estimates: what the device has free decides too, so a judge beside
+    one that outgrew its estimate waits instead of running the GPU out of memory; alone,
+    it is admitted whatever the device says (a record is never refused for good)."""
+    free = [100]
+    ledger = Ledger(tmp_path / "gpu.json", budget=1000, free=lambda: free[0])
+    assert ledger.try_reserve(sleeper.pid, 500)  # alone: admitted, free or not
+    me = os.getpid()
+    assert not ledger.try_reserve(me, 200), "fits the ledger, not the device"
+    assert ledger.reserved() == {sleeper.pid: 500}
+    free[0] = 300  # the first judge let memory go
+    assert ledger.try_reserve(me, 200)
+    ledger.release(me)
+    unknown = Ledger(tmp_path / "gpu.json", budget=1000, free=lambda: None)
+    assert unknown.try_reserve(me, 300), "no reading: the ledger alone decides"

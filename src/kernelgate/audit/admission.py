@@ -139,12 +139,31 @@ def ledger_path(folder: Path) -> Path:
     return folder / f"{socket.gethostname()}-gpu{gpu}.json"
 
 
+def device_free_bytes() -> int | None:
+    """Memory free on this judge's GPU now, whoever holds the rest (the driver's count:
+    other judges, their workers, anything else on the device); None without a CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    free, _ = torch.cuda.mem_get_info()
+    return int(free)
+
+
 @dataclass
 class Ledger:
-    """Reservations of device memory by the judges of one GPU (see the module docstring)."""
+    """Reservations of device memory by the judges of one GPU (see the module docstring).
+
+    ``free``, when given, reads the memory free on the device: a judge that is not alone is
+    admitted only while its estimate also fits in what is free. The reservations are
+    estimates; when the judges already running hold more than they reserved (a candidate's
+    own allocations, a reference the model under-sizes), the device says so and newcomers
+    wait for it instead of running it out of memory.
+    """
 
     path: Path
     budget: int
+    free: Callable[[], int | None] | None = None
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict[int, int]]:
@@ -170,12 +189,16 @@ class Ledger:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def try_reserve(self, pid: int, size: int) -> bool:
-        """Reserve ``size`` bytes for ``pid`` if they fit beside the others' (or if no one
-        else holds any); False leaves the ledger as it was."""
+        """Reserve ``size`` bytes for ``pid`` if they fit beside the others' and in what the
+        device has free (or if no one else holds any); False leaves the ledger as it was."""
         with self._locked() as entries:
             others = {p: s for p, s in entries.items() if p != pid}
             if others and sum(others.values()) + size > self.budget:
                 return False
+            if others and self.free is not None:
+                free = self.free()
+                if free is not None and size > free:
+                    return False
             entries[pid] = size
             return True
 

@@ -800,7 +800,11 @@ def device_admission(
         return
     elements, work_elements = admission.reference_elements(reference)
     estimate = admission.estimate_device_bytes(elements, work_elements)
-    ledger = admission.Ledger(admission.ledger_path(Path(options.out_dir) / "admission"), budget)
+    ledger = admission.Ledger(
+        admission.ledger_path(Path(options.out_dir) / "admission"),
+        budget,
+        free=admission.device_free_bytes,
+    )
     marker = work / admission.WAITING_MARKER
     with ledger.admitted(estimate, marker=marker, on_wait=_log_step) as waited:
         _log_step(f"admitted: {estimate / admission.GIB:.1f} GiB reserved after {waited:.1f} s")
