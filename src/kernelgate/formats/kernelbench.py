@@ -128,6 +128,11 @@ class LiveElements(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        with contextlib.suppress(Exception):  # a count it cannot make must not change `out`
+            self._count(func, out)
+        return out
+
+    def _count(self, func: Any, out: Any) -> None:
         returns = getattr(getattr(func, "_schema", None), "returns", ())
         outputs = out if isinstance(out, tuple | list) else (out,)
         for index, tensor in enumerate(outputs):
@@ -139,7 +144,6 @@ class LiveElements(TorchDispatchMode):
             self.live += elements
             weakref.finalize(tensor, self._freed, elements)
         self.peak = max(self.peak, self.live)
-        return out
 
 
 @dataclass
