@@ -219,3 +219,53 @@ def test_a_judge_waits_while_the_device_holds_more_than_was_reserved(
     ledger.release(me)
     unknown = Ledger(tmp_path / "gpu.json", budget=1000, free=lambda: None)
     assert unknown.try_reserve(me, 300), "no reading: the ledger alone decides"
+
+
+def _live_process() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def test_judges_are_admitted_first_come_first_served(tmp_path: Path, sleeper) -> None:
+    """A large record waiting for memory is not overtaken by small ones that would fit:
+    on an H100 two large records waited a whole audit while small ones kept arriving."""
+    ledger = Ledger(tmp_path / "gpu.json", budget=10)
+    large, small = _live_process(), _live_process()
+    try:
+        assert ledger.try_reserve(sleeper.pid, 6)  # a judge running
+        assert not ledger.try_reserve(large.pid, 8)  # does not fit: first in line
+        assert not ledger.try_reserve(small.pid, 2), "fits, but the large one asked first"
+        assert ledger.waiting() == [large.pid, small.pid]
+        ledger.release(sleeper.pid)  # the running judge finishes
+        assert not ledger.try_reserve(small.pid, 2), "still behind the large one"
+        assert ledger.try_reserve(large.pid, 8)  # alone now: admitted
+        assert ledger.try_reserve(small.pid, 2) and ledger.waiting() == []
+        assert ledger.reserved() == {large.pid: 8, small.pid: 2}
+        large.kill()
+        large.wait()
+        # a judge killed while waiting or holding counts for nothing, in line or not
+        assert not ledger.try_reserve(sleeper.pid, 9)  # beside small's 2: waits
+        small.kill()
+        small.wait()
+        assert ledger.try_reserve(sleeper.pid, 9)
+    finally:
+        for process in (large, small):
+            process.kill()
+            process.wait()
+
+
+def test_a_judge_stopped_while_waiting_leaves_the_line(tmp_path: Path, sleeper) -> None:
+    ledger = Ledger(tmp_path / "gpu.json", budget=10)
+    assert ledger.try_reserve(sleeper.pid, 8)
+
+    def stop(line: str) -> None:
+        raise KeyboardInterrupt  # what a signal does to the waiting judge
+
+    with pytest.raises(KeyboardInterrupt), ledger.admitted(5, on_wait=stop):
+        pass
+    assert ledger.waiting() == [] and ledger.reserved() == {sleeper.pid: 8}
+
+
+def test_a_ledger_of_the_first_format_reads_as_reservations(tmp_path: Path, sleeper) -> None:
+    (tmp_path / "gpu.json").write_text(f'{{"{sleeper.pid}": 7}}')  # before the queue
+    ledger = Ledger(tmp_path / "gpu.json", budget=10)
+    assert ledger.reserved() == {sleeper.pid: 7} and ledger.waiting() == []

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kernelgate.audit.processes import JudgeProcess
 from kernelgate.sandbox.confine import pid_alive
@@ -139,6 +140,18 @@ def ledger_path(folder: Path) -> Path:
     return folder / f"{socket.gethostname()}-gpu{gpu}.json"
 
 
+def _alive(raw: Any, value: Callable[[Any], Any]) -> dict[int, Any]:
+    """``raw``'s entries whose key is the pid of a live process (a killed judge's entry
+    counts for nothing), values converted by ``value``."""
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        int(pid): value(v)
+        for pid, v in raw.items()
+        if str(pid).isdigit() and isinstance(v, int | float) and pid_alive(int(pid))
+    }
+
+
 def device_free_bytes() -> int | None:
     """Memory free on this judge's GPU now, whoever holds the rest (the driver's count:
     other judges, their workers, anything else on the device); None without a CUDA device."""
@@ -151,8 +164,23 @@ def device_free_bytes() -> int | None:
 
 
 @dataclass
+class _Entries:
+    """The ledger's content: reservations held (pid -> bytes) and judges waiting for one
+    (pid -> when it first asked, wall-clock seconds: judges are separate processes)."""
+
+    held: dict[int, int]
+    waiting: dict[int, float]
+
+
+@dataclass
 class Ledger:
     """Reservations of device memory by the judges of one GPU (see the module docstring).
+
+    Judges are admitted first come, first served: while one waits, no judge that asked
+    after it is admitted, even one that would fit. Without the queue a large record never
+    got in while small ones kept arriving (on an H100 two records waited the whole 18
+    minutes of an audit beside a stream of small ones); with it the judges ahead drain
+    until the first in line fits, or is alone, which is always admitted.
 
     ``free``, when given, reads the memory free on the device: a judge that is not alone is
     admitted only while its estimate also fits in what is free. The reservations are
@@ -166,8 +194,9 @@ class Ledger:
     free: Callable[[], int | None] | None = None
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[dict[int, int]]:
-        """The reservations of live judges, under the lock; written back on exit."""
+    def _locked(self) -> Iterator[_Entries]:
+        """The reservations and waiting judges still alive, under the lock; written back on
+        exit. A ledger of the first format (``{pid: bytes}``) reads as reservations."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path.with_suffix(".lock"), "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -176,40 +205,59 @@ class Ledger:
                     raw = json.loads(self.path.read_text())
                 except (OSError, ValueError):
                     raw = {}
-                entries = {
-                    int(pid): int(size)
-                    for pid, size in (raw.items() if isinstance(raw, dict) else ())
-                    if str(pid).isdigit() and pid_alive(int(pid))
-                }
+                raw = raw if isinstance(raw, dict) else {}
+                held_raw = raw.get("held", raw) if "held" in raw or "waiting" in raw else raw
+                waiting_raw = raw.get("waiting", {})
+                entries = _Entries(_alive(held_raw, int), _alive(waiting_raw, float))
                 yield entries
                 temporary = self.path.with_suffix(".tmp")
-                temporary.write_text(json.dumps({str(p): s for p, s in entries.items()}))
+                temporary.write_text(
+                    json.dumps(
+                        {
+                            "held": {str(p): s for p, s in entries.held.items()},
+                            "waiting": {str(p): t for p, t in entries.waiting.items()},
+                        }
+                    )
+                )
                 temporary.replace(self.path)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def try_reserve(self, pid: int, size: int) -> bool:
-        """Reserve ``size`` bytes for ``pid`` if they fit beside the others' and in what the
-        device has free (or if no one else holds any); False leaves the ledger as it was."""
+        """Reserve ``size`` bytes for ``pid`` if no judge that asked before it still waits,
+        and they fit beside the others' and in what the device has free (or no one else
+        holds any). False: ``pid`` waits in line (``release`` leaves it)."""
         with self._locked() as entries:
-            others = {p: s for p, s in entries.items() if p != pid}
+            others = {p: s for p, s in entries.held.items() if p != pid}
+            if pid not in entries.held:
+                asked = entries.waiting.setdefault(pid, time.time())
+                if any((t, p) < (asked, pid) for p, t in entries.waiting.items() if p != pid):
+                    return False
             if others and sum(others.values()) + size > self.budget:
                 return False
             if others and self.free is not None:
                 free = self.free()
                 if free is not None and size > free:
                     return False
-            entries[pid] = size
+            entries.held[pid] = size
+            entries.waiting.pop(pid, None)
             return True
 
     def release(self, pid: int) -> None:
+        """Give back ``pid``'s reservation, or its place in line."""
         with self._locked() as entries:
-            entries.pop(pid, None)
+            entries.held.pop(pid, None)
+            entries.waiting.pop(pid, None)
+
+    def waiting(self) -> list[int]:
+        """The judges waiting, first in line first (for reports and tests)."""
+        with self._locked() as entries:
+            return sorted(entries.waiting, key=lambda p: (entries.waiting[p], p))
 
     def reserved(self) -> dict[int, int]:
         """The live reservations (for reports and tests)."""
         with self._locked() as entries:
-            return dict(entries)
+            return dict(entries.held)
 
     @contextlib.contextmanager
     def admitted(
@@ -237,6 +285,11 @@ class Ledger:
                         )
                     told = True
                 time.sleep(poll)
+        except BaseException:
+            # a place kept by a judge that no longer waits (a signal stopped it) would hold
+            # back every judge behind it until its process is gone
+            self.release(pid)
+            raise
         finally:
             if marker is not None:
                 marker.unlink(missing_ok=True)
