@@ -616,3 +616,45 @@ def test_a_fault_in_a_cub_function_inside_the_candidates_kernel_is_the_candidate
     assert (
         attribute_report(log.replace("Device Frame:row_sum_kernel", "x"), unlisted).candidate == 1
     )
+
+
+def test_a_tool_out_of_budget_is_not_waited_for_its_summary(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run past its share counts as out of budget whatever summary it writes later, so
+    its exit is cut short: initcheck used to wait its whole exit grace (as long again as
+    its share) on every CUDA-L1 record it ran."""
+    clock = [0.0]
+    exits: list[float] = []
+
+    class FakeSession:
+        exit_grace, compile_timeout, isolation, timeout = 120.0, 600.0, None, 0.0
+
+        def start(self) -> None:
+            clock[0] += 5.0
+
+        def call(self, inputs: Any, **kwargs: Any) -> None:
+            clock[0] += 100.0  # the instrumented call runs past the share, and times out
+            raise sanitizer.ExecutionIncident("timeout", "no answer (hang or runaway)")
+
+        def __exit__(self, *args: Any) -> None:
+            exits.append(self.exit_grace)
+
+    monkeypatch.setattr(sanitizer, "started_now", lambda: clock[0])
+    monkeypatch.setattr(sanitizer, "sanitizer_confinement", lambda *a: None)
+    monkeypatch.setattr(sanitizer, "sanitized_session", lambda *a, **k: FakeSession())
+    monkeypatch.setattr(sanitizer, "sanitized_isolation", lambda *a: None)
+    run = sanitizer.run_tool(
+        "initcheck", "/bin/true", Path("c.py"), [], "cuda", [[]],
+        poison=0, guard_bytes=0, timeout=10.0, budget_s=75.0,
+    )  # fmt: skip
+    assert run.status == "out-of-budget"
+    assert exits == [sanitizer.OVER_BUDGET_EXIT_GRACE_S]
+    # within its share the sanitizer keeps the exit grace it needs to write its summary
+    exits.clear()
+    FakeSession.call = lambda self, inputs, **kwargs: None  # type: ignore[method-assign]
+    run = sanitizer.run_tool(
+        "initcheck", "/bin/true", Path("c.py"), [], "cuda", [[]],
+        poison=0, guard_bytes=0, timeout=10.0, budget_s=75.0,
+    )  # fmt: skip
+    assert exits == [75.0] and run.status == "inconclusive"  # no log: no summary

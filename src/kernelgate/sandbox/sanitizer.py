@@ -48,6 +48,9 @@ from kernelgate.sandbox.session import PROBE, ExecutionIncident, WorkerSession
 from kernelgate.serde import Serializable
 
 MIN_EXIT_GRACE_S = 30.0  # the sanitizer writes its summary as its target exits
+# A run already out of budget: long enough for the sanitizer to flush the errors it found
+# (findings count even then, ``run_status``), not to finish an instrumented call
+OVER_BUDGET_EXIT_GRACE_S = 10.0
 MAX_REPORT_CHARS = 6000
 
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
@@ -330,6 +333,11 @@ def run_tool(
             over_budget = deadline is not None and started_now() >= deadline - 1.0
             incidents.append(f"load under the sanitizer failed: {exc}"[:500])
         finally:
+            if over_budget:
+                # no summary can make it count now: waiting its whole exit grace for one cost
+                # initcheck as much again as its share (CUDA-L1 h100 on an H100: 150 s for a
+                # 75 s share, on every record it ran)
+                session.exit_grace = min(session.exit_grace, OVER_BUDGET_EXIT_GRACE_S)
             session.__exit__(None, None, None)  # the worker exits; the sanitizer writes its summary
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
     errors = parse_summary(log)
