@@ -25,16 +25,39 @@ from kernelgate.kernels.gla.chunk import (
 from kernelgate.kernels.kda.chunk_bwd import _dqk_bwd_kernel, _state_bwd_kernel, _wy_bwd_kernel
 from kernelgate.kernels.kda.chunk_fwd import _output_fwd_kernel, _state_fwd_kernel, _wy_fwd_kernel
 
-# Fixed launch configurations (no autotuning). 8 warps where 4 spilled registers in the
-# offline sm_90 compile at K = V = 128 (benchmarks/gla_kda_resources.py, docs/kernels/kda.md).
+# Fixed launch configurations (no autotuning). output_fwd runs 8 warps where 4 spilled
+# registers in the offline sm_90 compile at K = V = 128 (benchmarks/gla_kda_resources.py,
+# docs/kernels/kda.md).
+#
+# Why the two backward kernels below are configured as they are: given no register limit,
+# ptxas may cap a kernel at the count where one more CTA fits an SM (65,536 registers: 128 a
+# thread for two 256-thread CTAs or four 128-thread ones, 84 for three 256-thread ones) and
+# spill what no longer fits, when the kernel needs a little more. Which specializations it
+# caps moves with H, K and V (address arithmetic) and with the Triton version, so a shape
+# CMP-03 draws (H = 3, odd K and V padded to multiples of 4) can meet it. At 8 warps
+# _wy_bwd_kernel needs about 140-200 registers, and Triton 3.6 capped it at 128 with 4-20
+# spill bytes at K = 32 (V = 16 with H = 2 or 3; V = 128) and at K = 48, V = 64 and K = 96,
+# V = 48 (H = 3). The cap is ptxas's trade, not a shortage: with ``.maxnreg 255`` (the hardware
+# limit) the K = 32 ones compile spill-free at 157-205. At 4 warps the kernel needs 234-255,
+# where no lower count lets another CTA fit, and it is spill-free under Triton 3.6 and 3.9 at
+# every K, V and H swept (docs/kernels/kda.md lists them). K = V = 128 takes 246 (3.6) / 244
+# (3.9) registers there, against 157 / 156 at 8 warps: two 4-warp CTAs an SM where one 8-warp
+# CTA fitted, the same warps an SM (to be timed on the device, benchmarks/gla_kda.py).
 NUM_WARPS = {
     "wy_fwd": 4,
     "state_fwd": 4,
     "output_fwd": 8,
     "state_bwd": 4,
     "dqk_bwd": 4,
-    "wy_bwd": 8,
+    "wy_bwd": 4,
 }
+# _dqk_bwd_kernel with a 16-wide V tile (V <= 16, one tile: its V loop folds away) needs a
+# little over 128 registers at 4 warps (140 in Triton 3.9) and Triton 3.6 capped it at 128
+# with 4 spill bytes at H = 2 (K = 32, 128, 256); at 8 warps it takes 86-97 in both
+# Tritons. Wider tiles keep 4 warps (126-176, spill-free in both at every K, V, H above);
+# 8 warps everywhere is no remedy, since Triton 3.9 then caps V = 48 at 84 registers and
+# spills 4 bytes.
+NARROW_DQK_BWD_WARPS = 8
 # The forward scan with a 16-wide V tile (V <= 16) runs 8 warps: at 4, Triton 3.9's sm_90
 # compile spills 4 bytes at V = 1 with an initial state for every K >= 32 (Triton 3.6: none);
 # at 8 warps neither spills for K in {1, 31, 32, 64, 128, 256}, V in {1, 16}, with or
@@ -210,7 +233,7 @@ def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
         BV=block_v,
         NV=triton.cdiv(dim_v, block_v),
         PREC=prec,
-        num_warps=NUM_WARPS["dqk_bwd"],
+        num_warps=NARROW_DQK_BWD_WARPS if block_v == 16 else NUM_WARPS["dqk_bwd"],
     )
     dk, dv, dg, dbeta = (torch.empty_like(x) for x in (k, v, g, beta))
     _wy_bwd_kernel[(num_chunks, batch * heads)](
