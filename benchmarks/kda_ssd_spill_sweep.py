@@ -1,7 +1,8 @@
 """Spill sweep of the KDA or Mamba-2 kernels over head sizes, compiled offline for sm_90.
 
 Runs ``chunk_kda`` (or ``chunk_ssd``) forward and backward under the interpreter at T = 17 for
-every head size of ``--k`` x ``--v`` (N x P for Mamba-2), one and two heads, with and without
+every head size of ``--k`` x ``--v`` (N x P for Mamba-2), each head count of ``--heads`` (one
+and two by default; CMP-03 draws H = 3 as well, and H is a constexpr), with and without
 initial and final state, records each kernel specialization launched (the judge's RES-02 compiles
 what CMP-03's held-out shapes launch, so a spill at a shape the sweep covers is one a verdict
 can meet), compiles the distinct ones with the installed Triton and ``--triton36`` (the
@@ -60,7 +61,13 @@ def run_member(member: str, dim_k: int, dim_v: int, heads: int, state: bool) -> 
     loss.backward()
 
 
-def record(member: str, dims_k: list[int], dims_v: list[int], names: set[str] | None) -> list:
+def record(
+    member: str,
+    dims_k: list[int],
+    dims_v: list[int],
+    names: set[str] | None,
+    heads_list: tuple[int, ...] = (1, 2),
+) -> list:
     """The distinct launch records of the sweep (``names`` only, when given)."""
     from triton.runtime.interpreter import InterpretedFunction
 
@@ -79,7 +86,7 @@ def record(member: str, dims_k: list[int], dims_v: list[int], names: set[str] | 
         for dim_k in dims_k:
             for dim_v in dims_v:
                 for state in (True, False):
-                    for heads in (1, 2):
+                    for heads in heads_list:
                         run_member(member, dim_k, dim_v, heads, state)
         drained = recorder.drain()
     finally:
@@ -105,16 +112,20 @@ def main() -> None:
     parser.add_argument("member", choices=("kda", "mamba2"))
     parser.add_argument("--k", default="1,31,32,128", help="K (Mamba-2: N) values")
     parser.add_argument("--v", default="1,16,31,32", help="V (Mamba-2: P) values")
+    parser.add_argument("--heads", default="1,2", help="head counts (H)")
     parser.add_argument("--kernels", default="", help="only these kernels (comma-separated)")
     parser.add_argument("--triton36", default="/tmp/tr36site", help="folder holding Triton 3.6")
     args = parser.parse_args()
     dims_k = [int(x) for x in args.k.split(",")]
     dims_v = [int(x) for x in args.v.split(",")]
     names = set(args.kernels.split(",")) if args.kernels else None
-    records = record(args.member, dims_k, dims_v, names)
+    heads_list = tuple(int(x) for x in args.heads.split(","))
+    records = record(args.member, dims_k, dims_v, names, heads_list)
     print(f"{len(records)} specializations", flush=True)
     shapes = sorted({(r["constexprs"].get("K"), r["constexprs"].get("V")) for r in records})
     print("launched (K, V):", shapes, flush=True)
+    heads = sorted({r["constexprs"]["H"] for r in records if "H" in r["constexprs"]})
+    print("launched H:", heads, flush=True)
     candidate = ROOT / "examples" / f"{args.member}_backward" / "candidate.py"
     worst: dict[tuple[str, str], list[int]] = {}
     for site in triton_sites(args.triton36):

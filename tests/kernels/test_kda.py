@@ -9,6 +9,7 @@ and the ``gpu`` tests add bf16 at the benchmark shape and bitwise determinism.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from kernelgate.kernels.gdn import naive_recurrent_gated_delta_rule
 from kernelgate.kernels.kda import chunk as kda_chunk
 from kernelgate.kernels.kda import chunk_kda, naive_recurrent_kda
 
+from ..conftest import load_benchmark
 from . import _family as family
 from ._family import DEVICE
 from ._measure import (
@@ -286,6 +288,98 @@ def test_bf16_tf32_dots_would_break_the_fp32_output_bounds(monkeypatch):
     ratios = emulated_tf32_ratios(chunk_kda, naive_recurrent_kda, inputs, do, dht, monkeypatch)
     names = ("o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0")
     family.assert_only_fp32_outputs_break(ratios, names, fp32_outputs=("ht", "dg", "dh0"))
+
+
+# Shapes whose backward kernels spilled 4-20 bytes in the offline sm_90 compile before
+# _wy_bwd_kernel ran 4 warps with IEEE dots and _dqk_bwd_kernel 8 at a 16-wide V tile
+# (chunk.py says why), as (heads, K, V): with IEEE dots (the default; Triton 3.6 spilled)
+# and with the TF32 dots of SIXTEEN_BIT_COMPUTE = "tf32", where _wy_bwd_kernel keeps 8 warps
+# (Triton 3.9 spilled these at 4).
+ONCE_SPILLING_BWD_SHAPES = {
+    "ieee": [(2, 32, 16), (2, 32, 128), (2, 128, 16), (3, 48, 64), (3, 96, 48)],
+    "tf32": [(1, 32, 32), (2, 32, 16)],
+}
+# The device's Triton, installed beside this machine's for offline compiles
+# (``pip install --target DIR --no-deps triton==3.6.0``); the test also compiles with it
+# when the folder exists.
+TRITON36_SITE = os.environ.get("KERNELGATE_TRITON36", "/tmp/tr36site")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU mode only: offline compile")
+def test_backward_kernels_compile_for_sm90_without_spills(monkeypatch):
+    """RES-02's CPU path for the two backward kernels at the shapes where they used to spill:
+    record the interpreted launches (fp32 inputs, whose IEEE specializations bf16 inputs run
+    as fp32 copies; bf16 inputs on the TF32 path), compile them offline for sm_90 with the
+    installed Triton and, when its folder exists, Triton 3.6, and require ptxas's spill
+    stores to be 0 in every one."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from kernelgate.kernels import _precision
+    from kernelgate.sandbox.resources import LaunchRecorder
+
+    names = {"_dqk_bwd_kernel", "_wy_bwd_kernel"}
+    recorder = LaunchRecorder()
+    original_run = InterpretedFunction.run
+    recorder.install(interpreter=True)
+    try:
+        for prec, shapes in ONCE_SPILLING_BWD_SHAPES.items():
+            tf32 = prec == "tf32"
+            monkeypatch.setattr(_precision, "SIXTEEN_BIT_COMPUTE", "tf32" if tf32 else "fp32")
+            for heads, dim_k, dim_v in shapes:
+                inputs = make_inputs(
+                    1, 17, heads, dim_k, dim_v, dtype=torch.bfloat16 if tf32 else torch.float32
+                )
+                xs = [x.detach().clone().requires_grad_() for x in inputs]
+                o, _ = chunk_kda(*xs[:5], initial_state=xs[5])
+                o.float().sum().backward()
+        records = [
+            r
+            for r in recorder.drain()
+            if r.get("backend") == "triton-interpreter" and r["name"] in names
+        ]
+    finally:
+        InterpretedFunction.run = original_run
+    launched = {
+        (
+            r["name"],
+            r["constexprs"]["PREC"],
+            r["constexprs"]["H"],
+            r["constexprs"]["K"],
+            r["constexprs"]["V"],
+        )
+        for r in records
+    }
+    expected = {
+        (name, prec, *shape)
+        for name in names
+        for prec, shapes in ONCE_SPILLING_BWD_SHAPES.items()
+        for shape in shapes
+    }
+    assert launched == expected
+    compile_offline = load_benchmark("_offline_compile")
+    candidate = Path(__file__).resolve().parents[2] / "examples" / "kda_backward" / "candidate.py"
+    bad = []
+    for site in compile_offline.triton_sites(TRITON36_SITE):
+        version, results = compile_offline.compile_offline(records, candidate, site, timeout=600)
+        for record, result in zip(records, results, strict=True):
+            assert "error" not in result, result
+            assert result["spill_source"].startswith("ptxas -v spill stores"), result
+            if result["spill_bytes"] != 0:
+                consts = record["constexprs"]
+                bad.append(
+                    (
+                        version,
+                        result["name"],
+                        consts["PREC"],
+                        consts["H"],
+                        consts["K"],
+                        consts["V"],
+                        record["options"]["num_warps"],
+                        result["registers"],
+                        result["spill_bytes"],
+                    )
+                )
+    assert not bad, bad
 
 
 # --------------------------------------------------------------------------- GPU only

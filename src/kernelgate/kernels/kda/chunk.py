@@ -25,16 +25,47 @@ from kernelgate.kernels.gla.chunk import (
 from kernelgate.kernels.kda.chunk_bwd import _dqk_bwd_kernel, _state_bwd_kernel, _wy_bwd_kernel
 from kernelgate.kernels.kda.chunk_fwd import _output_fwd_kernel, _state_fwd_kernel, _wy_fwd_kernel
 
-# Fixed launch configurations (no autotuning). 8 warps where 4 spilled registers in the
-# offline sm_90 compile at K = V = 128 (benchmarks/gla_kda_resources.py, docs/kernels/kda.md).
+# Fixed launch configurations (no autotuning). output_fwd runs 8 warps where 4 spilled
+# registers in the offline sm_90 compile at K = V = 128 (benchmarks/gla_kda_resources.py,
+# docs/kernels/kda.md).
+#
+# Why the two backward kernels below are configured as they are: ptxas, given no register
+# limit, picks its own register target and spills what does not fit it. With IEEE dots every
+# spill of these two kernels sat at exactly 128 registers, the count at which one more CTA
+# fits an SM (65,536 registers: two 256-thread CTAs or four 128-thread ones), where they need
+# a little more. It is ptxas's trade, not a shortage: with ``.maxnreg 255`` (the hardware
+# limit, so no new limit) the K = 32 compiles of both are spill-free at 157-205. Which
+# specializations it hits moves with H, K and V (address arithmetic) and with the Triton
+# version, so a shape CMP-03 draws (H = 3, odd K and V padded to multiples of 4) can meet
+# one. At 8 warps _wy_bwd_kernel needs about 140-200 registers, and Triton 3.6 cut it to 128
+# with 4-20 spill bytes at K = 32 (V = 16 with H = 2 or 3; V = 128) and at K = 48, V = 64 and
+# K = 96, V = 48 (H = 3). At 4 warps it takes 234-255 and is spill-free under Triton 3.6 and
+# 3.9 at every K, V and H swept (docs/kernels/kda.md lists them; 255 leaves no headroom, so a
+# change to the kernel must be swept again). K = V = 128 takes 246 (3.6) / 244 (3.9)
+# registers there, against 157 / 156 at 8 warps: two 4-warp CTAs an SM where one 8-warp CTA
+# fitted, the same warps an SM (to be timed on the device, benchmarks/gla_kda.py).
 NUM_WARPS = {
     "wy_fwd": 4,
     "state_fwd": 4,
     "output_fwd": 8,
     "state_bwd": 4,
     "dqk_bwd": 4,
-    "wy_bwd": 8,
+    "wy_bwd": 4,
 }
+# _wy_bwd_kernel with TF32 dots (SIXTEEN_BIT_COMPUTE = "tf32": 16-bit inputs as they are,
+# for speed comparisons only) keeps 8 warps: its tensor-core dots take fewer registers, and at
+# 4 warps Triton 3.9 spilled 4-12 bytes at 178-188 registers in 14 of its 18 specializations
+# for K in {32, 64, 128}, V in {16, 32, 128}, H in {1, 2} (K = V = 128 included); at 8 warps
+# none spills under 3.9 or 3.6 (169-196 registers). IEEE and TF32x3 dots need the 4 warps
+# above (TF32x3: 223-241 registers, spill-free at 4 and at 8).
+TF32_WY_BWD_WARPS = 8
+# _dqk_bwd_kernel with a 16-wide V tile (V <= 16, one tile: its V loop folds away) needs a
+# little over 128 registers at 4 warps (140 in Triton 3.9) and Triton 3.6 capped it at 128
+# with 4 spill bytes at H = 2 (K = 32, 128, 256); at 8 warps it takes 88-97 in both
+# Tritons. Wider tiles keep 4 warps (126-176, spill-free in both at every K, V, H above);
+# 8 warps everywhere is no remedy, since Triton 3.9 then caps V = 48 at 84 registers and
+# spills 4 bytes.
+NARROW_DQK_BWD_WARPS = 8
 # The forward scan with a 16-wide V tile (V <= 16) runs 8 warps: at 4, Triton 3.9's sm_90
 # compile spills 4 bytes at V = 1 with an initial state for every K >= 32 (Triton 3.6: none);
 # at 8 warps neither spills for K in {1, 31, 32, 64, 128, 256}, V in {1, 16}, with or
@@ -210,7 +241,7 @@ def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
         BV=block_v,
         NV=triton.cdiv(dim_v, block_v),
         PREC=prec,
-        num_warps=NUM_WARPS["dqk_bwd"],
+        num_warps=NARROW_DQK_BWD_WARPS if block_v == 16 else NUM_WARPS["dqk_bwd"],
     )
     dk, dv, dg, dbeta = (torch.empty_like(x) for x in (k, v, g, beta))
     _wy_bwd_kernel[(num_chunks, batch * heads)](
@@ -237,7 +268,7 @@ def chunk_kda_bwd(q, k, v, g, beta, scale, has_initial_state, saved, do, dht):
         NK=triton.cdiv(dim_k, PAIR_BLOCK_K),
         NV=triton.cdiv(dim_v, block_v),
         PREC=prec,
-        num_warps=NUM_WARPS["wy_bwd"],
+        num_warps=TF32_WY_BWD_WARPS if prec == "tf32" else NUM_WARPS["wy_bwd"],
     )
     return dq, dk, dv, dg, dbeta, dh0
 
