@@ -193,7 +193,8 @@ def _ctx(device: str = "cuda") -> Any:
             device=device, candidate=Path("cand.py"), init_inputs=[], timeout=10.0, calls=40
         ),
         halted=None,
-        drawn_case=lambda label, seed: SimpleNamespace(values=[3]),
+        contract=SimpleNamespace(dims=[], inputs=[]),  # no tensor input: a small reference
+        drawn_case=lambda label, seed: SimpleNamespace(values=[3], label=label),
         case_seed=lambda gate, index: 7,
         replay=lambda gate: f"kernelgate verify ref.py cand.py --device cuda --only {gate}",
         access=SimpleNamespace(summary=lambda: "access trace: 1 call"),
@@ -658,3 +659,50 @@ def test_a_tool_out_of_budget_is_not_waited_for_its_summary(
         poison=0, guard_bytes=0, timeout=10.0, budget_s=75.0,
     )  # fmt: skip
     assert exits == [75.0] and run.status == "inconclusive"  # no log: no summary
+
+
+def test_a_large_reference_is_sanitized_at_the_smallest_shape_cmp03_passed(
+    monkeypatch: pytest.MonkeyPatch, fake_tools: list[dict[str, Any]]
+) -> None:
+    """At KernelBench's sizes initcheck ran past its share on every CUDA-L1 record: a
+    reference over SANITIZER_SMALL_ELEMENTS input elements is sanitized at the smallest
+    held-out shape the candidate got right that keeps the model (its weights carry over)."""
+    from kernelgate.gates import res01_execution
+
+    full = res01_execution.SANITIZER_SMALL_ELEMENTS * 4
+    monkeypatch.setattr(res01_execution, "input_elements", lambda contract, sizes: full)
+    rebuilt = {"hidden": 7}  # a dim whose change rebuilds the model
+
+    def sized_case(label: str, seed: int, sizes: dict[str, int]) -> Any:
+        init = [1] if set(sizes) & set(rebuilt) else None
+        return SimpleNamespace(values=[sizes], label=label, init_inputs=init)
+
+    ctx = _ctx()
+    ctx.sized_case = sized_case
+    shapes = [
+        {"label": "batch=1 (min)", "dim": "batch", "value": 1, "status": "fail",
+         "input_elements": 10},  # the candidate was wrong there: not chosen
+        {"label": "hidden=7", "dim": "hidden", "value": 7, "status": "pass",
+         "input_elements": 20, "rebuilt_model": True},  # a new model: not chosen
+        {"label": "batch=3 (prime)", "dim": "batch", "value": 3, "status": "pass",
+         "input_elements": 30, "rebuilt_model": False},
+        {"label": "batch=2", "dim": "batch", "value": 2, "status": "pass",
+         "input_elements": 40, "rebuilt_model": False},
+        {"label": "batch=9999 (large)", "dim": "batch", "value": 9999, "status": "pass",
+         "input_elements": 2 * full, "rebuilt_model": False},
+    ]  # fmt: skip
+    case = res01_execution.sanitizer_case(ctx, shapes)
+    assert case.label == "batch=3 (prime), normal values" and case.values == [{"batch": 3}]
+    result = sanitize_after_gates(_res01(), ctx, SanitizePolicy("authored", 60.0), AUTHORED, shapes)
+    assert result.evidence["sanitizer_case"] == "batch=3 (prime), normal values"
+    assert result.counterexample.case == "compute-sanitizer: batch=3 (prime), normal values"
+    # nothing smaller passed (or CMP-03 did not run): the reference shape
+    for left in ([], None, [r for r in shapes if r["status"] == "fail"]):
+        assert res01_execution.sanitizer_case(ctx, left).label == res01_execution.SANITIZER_CASE
+    # a sized case that would rebuild the model after all: the reference shape
+    rebuilt["batch"] = 0
+    assert res01_execution.sanitizer_case(ctx, shapes).label == res01_execution.SANITIZER_CASE
+    # a small reference keeps its own shape whatever CMP-03 passed
+    monkeypatch.setattr(res01_execution, "input_elements", lambda contract, sizes: 100)
+    rebuilt.clear()
+    assert res01_execution.sanitizer_case(ctx, shapes).label == res01_execution.SANITIZER_CASE

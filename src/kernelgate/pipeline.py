@@ -304,7 +304,10 @@ def verify(
                 results[at] = launched_extension_kernels(results[at], profiled)
                 if policy is not None:
                     at = ids.index(ExecutionSafetyGate.id)
-                    results[at] = sanitize_after_gates(results[at], ctx, policy, profiled)
+                    shapes = next(
+                        (r.evidence.get("shapes") for r in results if r.id == "CMP-03"), None
+                    )
+                    results[at] = sanitize_after_gates(results[at], ctx, policy, profiled, shapes)
                 if perf is not None:
                     perf_report = performance(ctx, reference, perf, contract, results, rules)
                 if shrink is not None:  # after every judged and timed call: nothing changes

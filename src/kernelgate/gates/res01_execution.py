@@ -2,8 +2,10 @@
 
 With ``--sanitize``, and by default in device audits for a candidate that launched a kernel
 of its own, the candidate is also run under compute-sanitizer memcheck, racecheck,
-initcheck and synccheck (``sandbox/sanitizer.py``) on one case at the reference shape. That
-happens after the gates and AUTH-01's profile (``sanitize_after_gates``, called by
+synccheck and initcheck (``sandbox/sanitizer.py``) on one case: at the reference shape, or
+for a reference whose inputs hold over ``SANITIZER_SMALL_ELEMENTS`` elements at the
+smallest held-out shape CMP-03 judged correct (``sanitizer_case``). That happens after the
+gates and AUTH-01's profile (``sanitize_after_gates``, called by
 ``verify``), since which kernels are the candidate's is known only then: an error the
 sanitizer reports in one of them fails the gate, with the report trimmed to them.
 
@@ -22,6 +24,7 @@ import time
 from typing import Any, ClassVar
 
 from kernelgate.gates.base import (
+    Case,
     Counterexample,
     Gate,
     GateAborted,
@@ -31,6 +34,7 @@ from kernelgate.gates.base import (
     Status,
 )
 from kernelgate.inputs.placement import GUARD_BYTES, POISONS, PlacedTensor
+from kernelgate.inputs.shapes import input_elements
 from kernelgate.sandbox.sanitizer import (
     KernelNames,
     SanitizePolicy,
@@ -38,6 +42,11 @@ from kernelgate.sandbox.sanitizer import (
 )
 
 SANITIZER_CASE = "reference shape, normal values"
+# Above this many input elements at the reference shape the sanitizer runs the smallest
+# held-out shape CMP-03 passed instead: a tool's cost grows with the memory a call touches,
+# and at KernelBench's sizes initcheck ran past its 75 s share on every CUDA-L1 h100 record
+# with authored kernels (an H100, 2026-12-05), so it judged none of them.
+SANITIZER_SMALL_ELEMENTS = 1 << 22
 
 
 class ExecutionSafetyGate(Gate):
@@ -119,11 +128,38 @@ class ExecutionSafetyGate(Gate):
         )
 
 
+def sanitizer_case(ctx: GateContext, shapes: list[dict[str, Any]] | None) -> Case:
+    """The one case the sanitizer runs: the reference shape, unless its inputs hold over
+    ``SANITIZER_SMALL_ELEMENTS`` elements and CMP-03 (``shapes``: its evidence's records)
+    judged a smaller held-out shape correct that leaves the model as it is (new init inputs
+    would need a model the main session's weights do not fit). A shape the candidate
+    got right is one where its kernels ran as meant, not one it fails on for other reasons.
+    """
+    seed = ctx.case_seed(ExecutionSafetyGate.id, 0)
+    full = input_elements(ctx.contract, {})
+    if full > SANITIZER_SMALL_ELEMENTS:
+        smaller = sorted(
+            (r["input_elements"], str(r["label"]), str(r["dim"]), int(r["value"]))
+            for r in shapes or ()
+            if r.get("status") == "pass"
+            and not r.get("rebuilt_model")
+            and isinstance(r.get("input_elements"), int)
+            and r["input_elements"] < full
+        )
+        for _, label, dim, value in smaller[:1]:
+            with contextlib.suppress(Exception):  # the reference ran there once already
+                case = ctx.sized_case(f"{label}, normal values", seed, {dim: value})
+                if case.init_inputs is None:
+                    return case
+    return ctx.drawn_case(SANITIZER_CASE, seed)
+
+
 def sanitize_after_gates(
     result: GateResult,
     ctx: GateContext,
     policy: SanitizePolicy,
     authorship: dict[str, Any],
+    shapes: list[dict[str, Any]] | None = None,
 ) -> GateResult:
     """RES-01's result with the sanitizer's runs added, and failed by their findings.
 
@@ -134,6 +170,7 @@ def sanitize_after_gates(
     are fresh processes sharing the main session's scratch (its builds): the main instance
     is not called again. A pure function of its inputs and the runs, so a resumed
     verification (the gate journal holds RES-01 without them) gets the same result.
+    ``shapes``: CMP-03's shape records, from which ``sanitizer_case`` may take a smaller case.
     """
     evidence = dict(result.evidence)
     kernels = KernelNames.from_authorship(authorship)
@@ -155,7 +192,8 @@ def sanitize_after_gates(
         if ctx.session.device == "cpu":  # keep what the trace covered beside it
             evidence["sanitizer"] += f"; {ctx.access.summary()}"
         return dataclasses.replace(result, evidence=evidence)
-    case = ctx.drawn_case(SANITIZER_CASE, ctx.case_seed(ExecutionSafetyGate.id, 0))
+    case = sanitizer_case(ctx, shapes)
+    evidence["sanitizer_case"] = case.label
     inputs: list[Any] = [
         PlacedTensor.place(v, poison=POISONS[0]).as_wire() if hasattr(v, "shape") else v
         for v in case.values
@@ -193,7 +231,7 @@ def sanitize_after_gates(
             reason="compute-sanitizer found errors in the candidate's kernels: "
             + ", ".join(f"{r.tool} {r.candidate_errors}" for r in found),
             counterexample=Counterexample(
-                case=f"compute-sanitizer: {SANITIZER_CASE}",
+                case=f"compute-sanitizer: {case.label}",
                 seed=ctx.case_seed(ExecutionSafetyGate.id, 0),
                 inputs=[],
                 findings=[
