@@ -923,6 +923,7 @@ def test_a_record_deferred_to_be_judged_alone_stays_deferred_across_a_resume(
     peak = rows[second]["peak_memory"]  # for planning how many judges a machine holds
     assert peak["judge_rss_bytes"] > 50 * 2**20 and peak["children_rss_bytes"] > 0
     assert peak["judge_gpu_reserved_bytes"] is None  # CPU mode: no allocator was used
+    assert peak["judge_gpu_allocated_bytes"] is None
 
 
 def test_a_run_that_judged_nothing_still_counts_its_wall_time(tmp_path: Path) -> None:

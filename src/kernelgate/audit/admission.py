@@ -45,17 +45,14 @@ from kernelgate.audit.processes import JudgeProcess
 from kernelgate.sandbox.confine import pid_alive
 
 GIB = 1 << 30
-# Fitted to the CUDA-L1 h100 audit on an H100 (2026-12-05, 159 records; the judge's own
-# allocator peak, +20% for the worker's side, which the judge does not see). The first model
-# (40 bytes an element, inputs and outputs only) under-reserved its largest records 2 to 6x:
-# an elementwise op over 269M elements (L1/T9) reserved 33 GiB in the judge alone (125 bytes
-# an element: the float64 oracle's copies, the native and the candidate's results, the
-# comparisons, the gates' probes), a network with 6.3M input and output elements (L2/T96)
-# 21 GiB (its forward keeps 504M elements alive: 41 bytes each). Judges admitted beside
-# them ran out of memory and were judged again, alone, at the end of the audit: the
-# retry cycle that memory-aware admission is there to prevent. With these two terms the
-# estimate covers every record that held over 2 GiB to within 0.8x of the judge's peak
-# (median 1.4x).
+# Fitted to the CUDA-L1 h100 audit on an H100 (2026-12-05; benchmarks/admission_fit.py,
+# docs/audit.md). The first model (40 bytes an element, inputs and outputs only) reserved
+# less than the judge alone held on 18 of the 38 records over 2 GiB: an elementwise op over
+# 269M elements (L1/T9) took 33 GiB (125 bytes an element: the float64 oracle's copies, the
+# native and the candidate's results, the comparisons, the gates' probes), a network with
+# 6.3M input and output elements (L2/T96) 21 GiB (its forward keeps 504M alive: 41 bytes
+# each). Judges admitted beside them ran out of memory and were judged again, alone, at the
+# end of the audit: the retry cycle that memory-aware admission is there to prevent.
 BYTES_PER_ELEMENT = 120
 BYTES_PER_WORK_ELEMENT = 40
 # Held whatever the sizes: two CUDA contexts (judge, worker; about 0.5 GiB each) and what the
