@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -269,3 +270,26 @@ def test_a_ledger_of_the_first_format_reads_as_reservations(tmp_path: Path, slee
     (tmp_path / "gpu.json").write_text(f'{{"{sleeper.pid}": 7}}')  # before the queue
     ledger = Ledger(tmp_path / "gpu.json", budget=10)
     assert ledger.reserved() == {sleeper.pid: 7} and ledger.waiting() == []
+
+
+def test_a_judge_gives_cached_device_memory_back_after_each_gate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Admission reads the device's free memory: a judge's allocator keeping freed blocks
+    would read as held (L1/T12's judge reserved 65 GiB on an idle H100)."""
+    import torch
+
+    from kernelgate.audit import judge
+
+    emptied: list[bool] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    judge._log_gate("CMP-01", None)  # a gate starting: nothing to give back yet
+    assert emptied == []
+    done = SimpleNamespace(status=SimpleNamespace(value="pass"), seconds=1.0)
+    judge._log_gate("CMP-01", done)
+    assert emptied == [True]
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # CPU mode, or no CUDA yet
+    judge._log_gate("CMP-02", done)
+    assert emptied == [True]
