@@ -36,6 +36,7 @@ from kernelgate.formats.problem import (
 )
 from kernelgate.gates import GATE_IDS, GATES
 from kernelgate.gates.base import Case, Gate, GateContext, GateResult, run_gate, traced
+from kernelgate.gates.cmp03_shapes import ShapesGate
 from kernelgate.gates.res01_execution import ExecutionSafetyGate, sanitize_after_gates
 from kernelgate.gates.res02_resources import ResourcesGate, launched_extension_kernels
 from kernelgate.journal import GateJournal
@@ -304,9 +305,7 @@ def verify(
                 results[at] = launched_extension_kernels(results[at], profiled)
                 if policy is not None:
                     at = ids.index(ExecutionSafetyGate.id)
-                    shapes = next(
-                        (r.evidence.get("shapes") for r in results if r.id == "CMP-03"), None
-                    )
+                    shapes = results[ids.index(ShapesGate.id)].evidence.get("shapes")
                     results[at] = sanitize_after_gates(results[at], ctx, policy, profiled, shapes)
                 if perf is not None:
                     perf_report = performance(ctx, reference, perf, contract, results, rules)

@@ -203,9 +203,9 @@ class Ledger:
                 except (OSError, ValueError):
                     raw = {}
                 raw = raw if isinstance(raw, dict) else {}
-                held_raw = raw.get("held", raw) if "held" in raw or "waiting" in raw else raw
-                waiting_raw = raw.get("waiting", {})
-                entries = _Entries(_alive(held_raw, int), _alive(waiting_raw, float))
+                if "held" not in raw and "waiting" not in raw:
+                    raw = {"held": raw}  # the first format: reservations only
+                entries = _Entries(_alive(raw.get("held"), int), _alive(raw.get("waiting"), float))
                 yield entries
                 temporary = self.path.with_suffix(".tmp")
                 temporary.write_text(

@@ -882,8 +882,16 @@ def release_cached_device_memory() -> None:
     """
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if _cuda_in_use():
         torch.cuda.empty_cache()
+
+
+def _cuda_in_use() -> bool:
+    """Whether this judge has touched the GPU (CPU mode, or a judge that never did, has no
+    allocator to read or empty)."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
 def peak_memory() -> dict[str, int | None]:
@@ -896,7 +904,7 @@ def peak_memory() -> dict[str, int | None]:
     import torch
 
     kib = 1024  # ru_maxrss is in KiB on Linux
-    used = torch.cuda.is_available() and torch.cuda.is_initialized()
+    used = _cuda_in_use()
     return {
         "judge_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib,
         "children_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * kib,

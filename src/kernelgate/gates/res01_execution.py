@@ -137,20 +137,20 @@ def sanitizer_case(ctx: GateContext, shapes: list[dict[str, Any]] | None) -> Cas
     """
     seed = ctx.case_seed(ExecutionSafetyGate.id, 0)
     full = input_elements(ctx.contract, {})
-    if full > SANITIZER_SMALL_ELEMENTS:
-        smaller = sorted(
-            (r["input_elements"], str(r["label"]), str(r["dim"]), int(r["value"]))
-            for r in shapes or ()
-            if r.get("status") == "pass"
-            and not r.get("rebuilt_model")
-            and isinstance(r.get("input_elements"), int)
-            and r["input_elements"] < full
-        )
-        for _, label, dim, value in smaller[:1]:
-            with contextlib.suppress(Exception):  # the reference ran there once already
-                case = ctx.sized_case(f"{label}, normal values", seed, {dim: value})
-                if case.init_inputs is None:
-                    return case
+    smaller = [
+        (r["input_elements"], str(r["label"]), str(r["dim"]), int(r["value"]))
+        for r in shapes or ()
+        if r.get("status") == "pass"
+        and not r.get("rebuilt_model")
+        and isinstance(r.get("input_elements"), int)
+        and r["input_elements"] < full
+    ]
+    if full > SANITIZER_SMALL_ELEMENTS and smaller:
+        _, label, dim, value = min(smaller)
+        with contextlib.suppress(Exception):  # the reference ran there once already
+            case = ctx.sized_case(f"{label}, normal values", seed, {dim: value})
+            if case.init_inputs is None:
+                return case
     return ctx.drawn_case(SANITIZER_CASE, seed)
 
 
