@@ -146,12 +146,90 @@ def test_an_unsizable_reference_is_an_unknown_not_an_error(tmp_path: Path) -> No
 
 
 def test_no_admission_in_cpu_mode(tmp_path: Path) -> None:
-    from kernelgate.audit.judge import AuditOptions, device_admission
+    from kernelgate.audit.judge import AuditOptions, device_admission, device_sizing
 
     options = AuditOptions(out_dir=str(tmp_path), device="cpu")
-    with device_admission(SOFTMAX / "reference.py", options, tmp_path) as reserved:
+    sizing = device_sizing(SOFTMAX / "reference.py", options)
+    assert sizing is None
+    with device_admission(sizing, tmp_path) as reserved:
         assert reserved == {}
     assert not (tmp_path / "admission").exists()
+
+
+def test_the_old_check_reserves_a_share_of_the_gates_estimate() -> None:
+    """The KernelBench check runs the reference and the candidate at fp32 or less, with no
+    float64 oracle: it reserves less than the gates, never more, and an unsizable reference
+    gets the whole estimate in both phases."""
+    elements, work = admission.reference_elements(SOFTMAX / "reference.py")
+    assert elements is not None
+    for n, w in ((elements, work), (1 << 28, 1 << 29), (0, 0)):
+        check, gates = (
+            admission.estimate_old_check_bytes(n, w),
+            admission.estimate_device_bytes(n, w),
+        )
+        assert admission.CONTEXT_BYTES <= check <= gates
+    big = 1 << 28
+    check = admission.estimate_old_check_bytes(big, big)
+    assert (
+        check
+        == admission.CONTEXT_BYTES
+        + (admission.OLD_CHECK_BYTES_PER_ELEMENT + admission.OLD_CHECK_BYTES_PER_WORK_ELEMENT) * big
+    )
+    assert check < admission.estimate_device_bytes(big, big) / 3
+    assert admission.estimate_old_check_bytes(None) == admission.estimate_device_bytes(None)
+
+
+def test_a_judge_keeps_its_place_in_line_from_the_check_to_the_gates(
+    tmp_path: Path, sleeper
+) -> None:
+    """A record between its two phases asks again with the time it first asked: judges
+    that arrived while it was checked do not overtake it."""
+    ledger = Ledger(tmp_path / "gpu.json", budget=10)
+    newcomer = _live_process()
+    try:
+        first_asked = time.time() - 30  # the record asked for its old check 30 s ago
+        assert ledger.try_reserve(sleeper.pid, 6)  # a judge running
+        assert not ledger.try_reserve(newcomer.pid, 5)  # arrived during the check: waits
+        me = os.getpid()
+        assert not ledger.try_reserve(me, 8, asked_at=first_asked)  # the gates: no room
+        assert ledger.waiting() == [me, newcomer.pid], "the earlier record is first in line"
+        ledger.release(sleeper.pid)
+        assert not ledger.try_reserve(newcomer.pid, 5), "still behind the earlier record"
+        assert ledger.try_reserve(me, 8, asked_at=first_asked)
+        ledger.release(me)
+    finally:
+        newcomer.kill()
+        newcomer.wait()
+
+
+def test_a_judge_reserves_for_its_old_check_then_for_its_gates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two phases of a record, as the judge runs them: each reservation is released
+    when its block ends, the second waits in the first's place, and each yields its own
+    estimate."""
+    from kernelgate.audit import judge
+
+    monkeypatch.setattr(admission, "device_budget", lambda: 1 << 40)
+    monkeypatch.setattr(admission, "device_free_bytes", lambda: 1 << 40)
+    options = judge.AuditOptions(out_dir=str(tmp_path), device="cuda")
+    sizing = judge.device_sizing(SOFTMAX / "reference.py", options)
+    assert sizing is not None and sizing.elements
+    ledger = sizing.ledger
+    with judge.device_admission(sizing, tmp_path, judge.OLD_CHECK_PHASE) as check:
+        assert ledger.reserved() == {os.getpid(): check["estimate_bytes"]}
+        asked = sizing.first_asked
+    assert ledger.reserved() == {}
+    with judge.device_admission(sizing, tmp_path, judge.GATES_PHASE) as gates:
+        assert ledger.reserved() == {os.getpid(): gates["estimate_bytes"]}
+    assert sizing.first_asked == asked and ledger.reserved() == {}
+    assert check["estimate_bytes"] == admission.estimate_old_check_bytes(
+        sizing.elements, sizing.work_elements
+    )
+    assert gates["estimate_bytes"] == admission.estimate_device_bytes(
+        sizing.elements, sizing.work_elements
+    )
+    assert check["estimate_bytes"] <= gates["estimate_bytes"]
 
 
 DEEP = """

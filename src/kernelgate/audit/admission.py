@@ -15,6 +15,17 @@ in the audit's folder: judges of a local pool and of Ray workers on one node mee
 entry whose process has died counts for nothing, so a judge killed mid-record (its whole
 tree SIGKILLed by the audit) frees its reservation without a word.
 
+A record has two phases, and the judge reserves for each in turn: the KernelBench check
+(``oldcheck.py``: the reference and the candidate at fp32 or less, no float64 oracle, and
+often a long CPU-only build of the candidate's extension first) reserves
+``estimate_old_check_bytes``, a fraction of what the gates take; the gates then reserve the
+full estimate. Between the two the judge holds nothing (the check's child has exited), and
+it keeps its first place in line, so a record already under way is not overtaken by records
+that arrived while it was checked. Replayed on two H100 audits' rows
+(``benchmarks/admission_sim.py``: the rows' own durations, 16 judges, an H200's budget), the
+two phases cut the audit's wall time by 9-10% against one reservation held from the check
+to the last gate: the check was 48-49% of judge time, held at the gates' size.
+
 The estimate is a model, not a measurement (docs/audit.md, "Memory-aware admission"), fitted
 to what judges measured on the device: per element the reference holds at its own sizes
 (parameters, buffers, inputs and outputs) ``BYTES_PER_ELEMENT``, per element of the
@@ -66,6 +77,12 @@ UNKNOWN_ELEMENTS_BYTES = 8 * GIB  # a reference the meta device cannot size
 # of its inputs, in their own dtypes (up to 8). Counting every element of the reference
 # (weights too) as both an input and an output only over-counts.
 HELD_BYTES_PER_ELEMENT = 32 + 8
+# The KernelBench check, per element the reference holds (weights, inputs, outputs) and per
+# element its forward keeps alive: the reference's and the candidate's copies at 4 bytes
+# (fp32, the widest dtype the corpora use), each one's intermediates, and allclose's
+# output-sized temporaries. Not fitted yet (rows record the check's estimate beside it).
+OLD_CHECK_BYTES_PER_ELEMENT = 24
+OLD_CHECK_BYTES_PER_WORK_ELEMENT = 8
 BUDGET_SHARE = 0.85  # of the device's total memory: allocator rounding, fragmentation
 POLL_SECONDS = 0.5
 SIZING_SECONDS = 10.0  # for the meta-device run that sizes the reference
@@ -83,6 +100,22 @@ def estimate_device_bytes(elements: int | None, work_elements: int = 0) -> int:
     return (
         CONTEXT_BYTES + BYTES_PER_ELEMENT * elements + BYTES_PER_WORK_ELEMENT * work_elements + held
     )
+
+
+def estimate_old_check_bytes(elements: int | None, work_elements: int = 0) -> int:
+    """Device memory the KernelBench check of a reference of ``elements`` tensor elements
+    (``work_elements`` alive at once in its ``forward``) holds: the two CUDA contexts' share
+    and the reference's and candidate's fp32 runs, never more than the gates' estimate
+    (which an unsizable reference gets whole)."""
+    full = estimate_device_bytes(elements, work_elements)
+    if elements is None:
+        return full
+    check = (
+        CONTEXT_BYTES
+        + OLD_CHECK_BYTES_PER_ELEMENT * elements
+        + OLD_CHECK_BYTES_PER_WORK_ELEMENT * work_elements
+    )
+    return min(full, check)
 
 
 def held_device_bytes(elements: int | None) -> int:
@@ -220,14 +253,16 @@ class Ledger:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def try_reserve(self, pid: int, size: int) -> bool:
+    def try_reserve(self, pid: int, size: int, asked_at: float | None = None) -> bool:
         """Reserve ``size`` bytes for ``pid`` if no judge that asked before it still waits,
         and they fit beside the others' and in what the device has free (or no one else
-        holds any). False: ``pid`` waits in line (``release`` leaves it)."""
+        holds any). False: ``pid`` waits in line (``release`` leaves it). ``asked_at``: when
+        this judge first asked (wall-clock seconds), its place in line; by default now."""
         with self._locked() as entries:
             others = {p: s for p, s in entries.held.items() if p != pid}
             if pid not in entries.held:
-                asked = entries.waiting.setdefault(pid, time.time())
+                first = time.time() if asked_at is None else asked_at
+                asked = entries.waiting.setdefault(pid, first)
                 if any((t, p) < (asked, pid) for p, t in entries.waiting.items() if p != pid):
                     return False
             if others and sum(others.values()) + size > self.budget:
@@ -264,13 +299,15 @@ class Ledger:
         marker: Path | None = None,
         on_wait: Callable[[str], None] | None = None,
         poll: float = POLL_SECONDS,
+        asked_at: float | None = None,
     ) -> Iterator[float]:
         """Wait until ``size`` bytes are reserved for this process, yield the seconds
         waited, release them on exit. ``marker`` exists while waiting: the audit does not
-        count that time against the record's limit (``wait_for_judge``)."""
+        count that time against the record's limit (``wait_for_judge``). ``asked_at``: the
+        place in line of a judge that asked before (its record's first phase), else now."""
         pid, started, told = os.getpid(), time.monotonic(), False
         try:
-            while not self.try_reserve(pid, size):
+            while not self.try_reserve(pid, size, asked_at):
                 if not told:
                     if marker is not None:
                         marker.touch()

@@ -626,8 +626,9 @@ def judge_record(
     journal = GateJournal(work / JOURNAL_NAME, key)
     verdict = None
     # Both the old check and the gates run the candidate; whatever either left running is
-    # killed before a byte of evidence is written (``worker_tree_settled``). Both run once
-    # this judge's device memory is reserved (``device_admission``).
+    # killed before a byte of evidence is written (``worker_tree_settled``). Each runs once
+    # this judge's device memory for it is reserved (``device_admission``: the check's share
+    # first, then the gates'; the check's processes are gone before its share is released).
     # ``scratch`` is one folder for the candidate's old check and its workers: a CUDA
     # extension or Triton kernel the check built is not built again (the same candidate's
     # own folder; the parent, ``judge_isolated``, makes and removes it).
@@ -637,15 +638,18 @@ def judge_record(
     with (
         worker_tree_settled() as spawned_settled,
         _spawned_ahead(candidate, backend, options, scratch) as early,
-        device_admission(reference, options, work) as reserved,
-        worker_tree_settled() as settled,
     ):
-        if reserved:
-            row["admission"] = reserved
-        _log_step("old check ...")
-        check_started = time.monotonic()
-        old = _old_check(stated, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch)
-        _log_step(f"old check {old['status']}")
+        sizing = device_sizing(reference, options)
+        with (
+            device_admission(sizing, work, OLD_CHECK_PHASE) as reserved_for_check,
+            worker_tree_settled() as check_settled,
+        ):
+            _log_step("old check ...")
+            check_started = time.monotonic()
+            old = _old_check(
+                stated, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch
+            )
+            _log_step(f"old check {old['status']}")
         row |= {
             # wall seconds of the KernelBench check inside this judge (None where a resumed
             # judge took an earlier attempt's result): judge_speed.py --from-audit reads it
@@ -658,34 +662,44 @@ def judge_record(
             "old_check_current": old.get("status_current", old["status"]),
             "old_check_detail": old,
         }
-        try:
-            verdict = verify(
-                reference,
-                candidate,
-                device=options.device,
-                timeout=options.timeout,
-                compile_timeout=options.compile_timeout,
-                seed=options.seed,
-                only=only,
-                journal=journal,
-                on_gate=_log_gate,
-                trace=_log_step,
-                scratch=scratch,
-                session=early,
-                problem=problem,
-                min_authored_share=min_share,
-                sanitize=options.sanitize_policy() or False,
-            )
-        except CandidateLoadError as exc:
-            row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
-            if isinstance(exc, CandidateBuildError):
-                row["build_failed"] = True
-        except ReferenceError_ as exc:
-            row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
-        except KernelgateError as exc:
-            row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
-    settled.killed += spawned_settled.killed
-    settled.surviving += spawned_settled.surviving
+        with (
+            device_admission(sizing, work, GATES_PHASE) as reserved,
+            worker_tree_settled() as settled,
+        ):
+            if reserved:
+                row["admission"] = reserved | {
+                    "old_check_estimate_bytes": reserved_for_check["estimate_bytes"],
+                    "old_check_waited_s": reserved_for_check["waited_s"],
+                }
+            try:
+                verdict = verify(
+                    reference,
+                    candidate,
+                    device=options.device,
+                    timeout=options.timeout,
+                    compile_timeout=options.compile_timeout,
+                    seed=options.seed,
+                    only=only,
+                    journal=journal,
+                    on_gate=_log_gate,
+                    trace=_log_step,
+                    scratch=scratch,
+                    session=early,
+                    problem=problem,
+                    min_authored_share=min_share,
+                    sanitize=options.sanitize_policy() or False,
+                )
+            except CandidateLoadError as exc:
+                row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
+                if isinstance(exc, CandidateBuildError):
+                    row["build_failed"] = True
+            except ReferenceError_ as exc:
+                row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
+            except KernelgateError as exc:
+                row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
+    for earlier in (check_settled, spawned_settled):
+        settled.killed += earlier.killed
+        settled.surviving += earlier.surviving
     if settled.killed:
         _log_step(f"killed {len(settled.killed)} leftover process(es): {'; '.join(settled.killed)}")
         row["leftover_processes"] = settled.killed
@@ -787,33 +801,71 @@ def _spawned_ahead(
         early.__exit__(None, None, None)
 
 
-@contextlib.contextmanager
-def device_admission(
-    reference: Path, options: AuditOptions, work: Path
-) -> Iterator[dict[str, Any]]:
-    """Hold a reservation of this judge's estimated device memory in the ledger of its GPU
-    (``audit/admission.py``) for as long as the block runs; yields what was reserved, the
-    seconds waited for it ({} in CPU mode or without a CUDA device: nothing to share)."""
+OLD_CHECK_PHASE, GATES_PHASE = "old check", "gates"  # a record's two reservations
+
+
+@dataclass
+class DeviceSizing:
+    """What this judge reserves on its GPU, phase by phase (``audit/admission.py``): the
+    reference's sizes on the meta device, the budget and ledger of the GPU, and when the
+    judge first asked (its place in line, kept from the old check to the gates)."""
+
+    elements: int | None
+    work_elements: int
+    budget: int
+    ledger: admission.Ledger
+    first_asked: float | None = None
+
+    def estimate(self, phase: str) -> int:
+        if phase == OLD_CHECK_PHASE:
+            return admission.estimate_old_check_bytes(self.elements, self.work_elements)
+        return admission.estimate_device_bytes(self.elements, self.work_elements)
+
+
+def device_sizing(reference: Path, options: AuditOptions) -> DeviceSizing | None:
+    """The reference sized for admission (None in CPU mode or without a CUDA device: there
+    is nothing to share)."""
     budget = admission.device_budget() if options.device == "cuda" else None
     if budget is None:
-        yield {}
-        return
+        return None
     elements, work_elements = admission.reference_elements(reference)
-    estimate = admission.estimate_device_bytes(elements, work_elements)
     ledger = admission.Ledger(
         admission.ledger_path(Path(options.out_dir) / "admission"),
         budget,
         free=admission.device_free_bytes,
     )
+    return DeviceSizing(elements, work_elements, budget, ledger)
+
+
+@contextlib.contextmanager
+def device_admission(
+    sizing: DeviceSizing | None, work: Path, phase: str = GATES_PHASE
+) -> Iterator[dict[str, Any]]:
+    """Hold a reservation of this judge's estimated device memory for ``phase`` in the ledger
+    of its GPU for as long as the block runs; yields what was reserved and the seconds
+    waited for it ({} without ``sizing``: nothing to share). A later phase keeps the place
+    in line of the first."""
+    if sizing is None:
+        yield {}
+        return
+    estimate = sizing.estimate(phase)
+    if sizing.first_asked is None:
+        sizing.first_asked = time.time()
     marker = work / admission.WAITING_MARKER
-    with ledger.admitted(estimate, marker=marker, on_wait=_log_step) as waited:
-        _log_step(f"admitted: {estimate / admission.GIB:.1f} GiB reserved after {waited:.1f} s")
+    with sizing.ledger.admitted(
+        estimate, marker=marker, on_wait=_log_step, asked_at=sizing.first_asked
+    ) as waited:
+        _log_step(
+            f"admitted for the {phase}: {estimate / admission.GIB:.1f} GiB reserved "
+            f"after {waited:.1f} s"
+        )
         yield {
-            "elements": elements,
-            "work_elements": work_elements,
+            "elements": sizing.elements,
+            "work_elements": sizing.work_elements,
             "estimate_bytes": estimate,
-            "held_bytes": admission.held_device_bytes(elements),  # part of the estimate
-            "budget_bytes": budget,
+            # part of the gates' estimate
+            "held_bytes": admission.held_device_bytes(sizing.elements),
+            "budget_bytes": sizing.budget,
             "waited_s": round(waited, 2),
         }
 
