@@ -626,9 +626,13 @@ def judge_record(
     journal = GateJournal(work / JOURNAL_NAME, key)
     verdict = None
     # Both the old check and the gates run the candidate; whatever either left running is
-    # killed before a byte of evidence is written (``worker_tree_settled``). Each runs once
-    # this judge's device memory for it is reserved (``device_admission``: the check's share
-    # first, then the gates'; the check's processes are gone before its share is released).
+    # killed before a byte of evidence is written (``worker_tree_settled``, one for both:
+    # entered once the verification's worker runs, so that it and its forkserver are the
+    # verification's to close, not leftovers of the check). Each phase runs once this
+    # judge's device memory for it is reserved (``device_admission``: the check's share,
+    # released when the check's child has exited, then the gates'). Leftovers, if any, are
+    # killed just after the gates' share is released: a judge admitted in that moment also
+    # waits for the device's free memory, which counts what they still hold.
     # ``scratch`` is one folder for the candidate's old check and its workers: a CUDA
     # extension or Triton kernel the check built is not built again (the same candidate's
     # own folder; the parent, ``judge_isolated``, makes and removes it).
@@ -640,66 +644,61 @@ def judge_record(
         _spawned_ahead(candidate, backend, options, scratch) as early,
     ):
         sizing = device_sizing(reference, options)
-        with (
-            device_admission(sizing, work, OLD_CHECK_PHASE) as reserved_for_check,
-            worker_tree_settled() as check_settled,
-        ):
-            _log_step("old check ...")
-            check_started = time.monotonic()
-            old = _old_check(
-                stated, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch
-            )
-            _log_step(f"old check {old['status']}")
-        row |= {
-            # wall seconds of the KernelBench check inside this judge (None where a resumed
-            # judge took an earlier attempt's result): judge_speed.py --from-audit reads it
-            "old_check_seconds": (
-                None
-                if old.get("taken_from_earlier_attempt")
-                else round(time.monotonic() - check_started, 3)
-            ),
-            "old_check": old["status"],
-            "old_check_current": old.get("status_current", old["status"]),
-            "old_check_detail": old,
-        }
-        with (
-            device_admission(sizing, work, GATES_PHASE) as reserved,
-            worker_tree_settled() as settled,
-        ):
-            if reserved:
-                row["admission"] = reserved | {
-                    "old_check_estimate_bytes": reserved_for_check["estimate_bytes"],
-                    "old_check_waited_s": reserved_for_check["waited_s"],
-                }
-            try:
-                verdict = verify(
-                    reference,
-                    candidate,
-                    device=options.device,
-                    timeout=options.timeout,
-                    compile_timeout=options.compile_timeout,
-                    seed=options.seed,
-                    only=only,
-                    journal=journal,
-                    on_gate=_log_gate,
-                    trace=_log_step,
-                    scratch=scratch,
-                    session=early,
-                    problem=problem,
-                    min_authored_share=min_share,
-                    sanitize=options.sanitize_policy() or False,
+        with worker_tree_settled() as settled:
+            with device_admission(sizing, work, OLD_CHECK_PHASE) as reserved_for_check:
+                _log_step("old check ...")
+                check_started = time.monotonic()
+                old = _old_check(
+                    stated, candidate, backend, options, work / OLD_CHECK_NAME, key, scratch
                 )
-            except CandidateLoadError as exc:
-                row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
-                if isinstance(exc, CandidateBuildError):
-                    row["build_failed"] = True
-            except ReferenceError_ as exc:
-                row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
-            except KernelgateError as exc:
-                row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
-    for earlier in (check_settled, spawned_settled):
-        settled.killed += earlier.killed
-        settled.surviving += earlier.surviving
+                _log_step(f"old check {old['status']}")
+            row |= {
+                # wall seconds of the KernelBench check inside this judge (None where a
+                # resumed judge took an earlier attempt's result): judge_speed.py
+                # --from-audit reads it
+                "old_check_seconds": (
+                    None
+                    if old.get("taken_from_earlier_attempt")
+                    else round(time.monotonic() - check_started, 3)
+                ),
+                "old_check": old["status"],
+                "old_check_current": old.get("status_current", old["status"]),
+                "old_check_detail": old,
+            }
+            with device_admission(sizing, work, GATES_PHASE) as reserved:
+                if reserved:
+                    row["admission"] = reserved | {
+                        "old_check_estimate_bytes": reserved_for_check["estimate_bytes"],
+                        "old_check_waited_s": reserved_for_check["waited_s"],
+                    }
+                try:
+                    verdict = verify(
+                        reference,
+                        candidate,
+                        device=options.device,
+                        timeout=options.timeout,
+                        compile_timeout=options.compile_timeout,
+                        seed=options.seed,
+                        only=only,
+                        journal=journal,
+                        on_gate=_log_gate,
+                        trace=_log_step,
+                        scratch=scratch,
+                        session=early,
+                        problem=problem,
+                        min_authored_share=min_share,
+                        sanitize=options.sanitize_policy() or False,
+                    )
+                except CandidateLoadError as exc:
+                    row |= {"verdict": "rejected", "stage": "load", "reason": str(exc)}
+                    if isinstance(exc, CandidateBuildError):
+                        row["build_failed"] = True
+                except ReferenceError_ as exc:
+                    row |= {"verdict": ERROR, "stage": "reference", "reason": str(exc)}
+                except KernelgateError as exc:
+                    row |= {"verdict": ERROR, "stage": "setup", "reason": str(exc)}
+    settled.killed += spawned_settled.killed
+    settled.surviving += spawned_settled.surviving
     if settled.killed:
         _log_step(f"killed {len(settled.killed)} leftover process(es): {'; '.join(settled.killed)}")
         row["leftover_processes"] = settled.killed
