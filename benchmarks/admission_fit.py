@@ -17,7 +17,9 @@ For each model it prints and writes, over the rows that held over ``--large`` Gi
 2: below that the fixed part for the two CUDA contexts decides), the smallest and the median
 ratio of estimate to measured peak: under 1.0, a judge held more than it reserved, and the
 judges admitted beside it could run the device out of memory. The worker's device memory is
-not measured by the judge; the margin above 1.0 is what covers it.
+not measured by the judge; the margin above 1.0 is what covers it. Rows whose KernelBench
+check reported its child's device peak (since the two-phase admission) are compared the same
+way with ``estimate_old_check_bytes`` (``old_check``).
 
 Only the corpus's references are imported (they are trusted); no candidate code runs.
 """
@@ -49,15 +51,32 @@ def first_model_bytes(elements: int | None) -> int:
     return admission.CONTEXT_BYTES + FIRST_MODEL_BYTES_PER_ELEMENT * elements + held
 
 
-def measured_rows(store: Path) -> dict[str, int]:
-    """Record id -> the judge's measured device peak, from an audit's ``audit.sqlite``
-    (read from a copy: nothing is written to the store)."""
+def store_rows(store: Path) -> list[dict[str, Any]]:
+    """The rows of an audit's ``audit.sqlite`` (read from a copy: nothing is written)."""
     path = store / "audit.sqlite" if store.is_dir() else store
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "audit.sqlite"
         shutil.copy(path, copy)
         with sqlite3.connect(copy) as db:
-            rows = [json.loads(data) for (data,) in db.execute("SELECT data FROM rows")]
+            return [json.loads(data) for (data,) in db.execute("SELECT data FROM rows")]
+
+
+def check_peaks(store: Path) -> dict[str, int]:
+    """Record id -> the device peak its KernelBench check's child reported
+    (``old_check_detail.device_peak_bytes``, rows since the two-phase admission): what
+    ``admission.estimate_old_check_bytes`` is checked against. The candidate ran in that
+    child and could misstate it; it serves this fit, never a verdict."""
+    peaks = {}
+    for row in store_rows(store):
+        peak = (row.get("old_check_detail") or {}).get("device_peak_bytes")
+        if isinstance(peak, int) and peak > 0:
+            peaks[str(row["id"])] = peak
+    return peaks
+
+
+def measured_rows(store: Path) -> dict[str, int]:
+    """Record id -> the judge's measured device peak, from an audit's ``audit.sqlite``."""
+    rows = store_rows(store)
     peaks = {}
     for row in rows:
         measured = row.get("peak_memory") or {}
@@ -108,24 +127,33 @@ def main(
     if not store.exists() or not corpus.is_file():
         typer.echo(f"not found: {store if not store.exists() else corpus}", err=True)
         raise typer.Exit(2)
-    peaks = measured_rows(store)
+    peaks, checks = measured_rows(store), check_peaks(store)
     rows: list[dict[str, Any]] = []
+    check_rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         references = corpus_references(corpus, Path(tmp))
-        for record_id, peak in sorted(peaks.items()):
+        for record_id in sorted(set(peaks) | set(checks)):
             if record_id not in references:
                 continue
             elements, work = admission.reference_elements(references[record_id])
-            rows.append(
-                {
-                    "id": record_id,
-                    "elements": elements,
-                    "work_elements": work,
-                    "measured_bytes": peak,
-                    "estimate_bytes": admission.estimate_device_bytes(elements, work),
-                    "first_model_bytes": first_model_bytes(elements),
-                }
-            )
+            sizes = {"id": record_id, "elements": elements, "work_elements": work}
+            if record_id in peaks:
+                rows.append(
+                    sizes
+                    | {
+                        "measured_bytes": peaks[record_id],
+                        "estimate_bytes": admission.estimate_device_bytes(elements, work),
+                        "first_model_bytes": first_model_bytes(elements),
+                    }
+                )
+            if record_id in checks:
+                check_rows.append(
+                    sizes
+                    | {
+                        "measured_bytes": checks[record_id],
+                        "estimate_bytes": admission.estimate_old_check_bytes(elements, work),
+                    }
+                )
     fit = {
         "schema": "kernelgate.admission-fit/1",
         "store": str(store),
@@ -138,9 +166,16 @@ def main(
         "large_gib": large,
         "estimate": ratios(rows, "estimate_bytes", large),
         "first_model": ratios(rows, "first_model_bytes", large),
+        # the KernelBench check's own reservation against its child's reported peak
+        "old_check": ratios(check_rows, "estimate_bytes", large),
         "rows": rows,
+        "old_check_rows": check_rows,
     }
-    for name in ("estimate", "first_model"):
+    fit["model"] |= {
+        "old_check_bytes_per_element": admission.OLD_CHECK_BYTES_PER_ELEMENT,
+        "old_check_bytes_per_work_element": admission.OLD_CHECK_BYTES_PER_WORK_ELEMENT,
+    }
+    for name in ("estimate", "first_model", "old_check"):
         r = fit[name]
         typer.echo(
             f"{name:12s} rows over {large:g} GiB: {r['rows']}, estimate/measured min "

@@ -77,3 +77,34 @@ def test_the_fit_compares_both_models_with_the_measured_peaks(tmp_path: Path) ->
     assert result["first_model"]["rows"] == result["estimate"]["rows"] == 1
     assert result["first_model"]["under_1"] == ["h100/L1/T1"]
     assert result["estimate"]["under_1"] == [] and result["estimate"]["min"] > 1.0
+
+
+def test_the_fit_compares_the_checks_estimate_with_its_reported_peak(tmp_path: Path) -> None:
+    fit = load_benchmark("admission_fit")
+    n = 1 << 28
+    corpus = tmp_path / "h100.jsonl"
+    corpus.write_text(
+        "\n".join(
+            json.dumps({"level_id": 1, "task_id": t, "ref_code": REFERENCE.format(n=n)})
+            for t in (1, 2)
+        )
+    )
+    big = 2 * n
+    rows = {
+        # the check's child reported more than its estimate: under 1.0
+        "h100/L1/T1": {"old_check_detail": {"device_peak_bytes": 40 * big}},
+        "h100/L1/T2": {"old_check_detail": {"device_peak_bytes": 5 * big}},
+    }
+    store = tmp_path / "audit.sqlite"
+    with sqlite3.connect(store) as db:
+        db.execute("CREATE TABLE rows (id TEXT PRIMARY KEY, data TEXT)")
+        for record, row in rows.items():
+            db.execute("INSERT INTO rows VALUES (?, ?)", (record, json.dumps({"id": record} | row)))
+    out = tmp_path / "fit.json"
+    fit.main(store, corpus, json_out=out, large=2.0)
+    result = json.loads(out.read_text())
+    assert result["rows"] == [] and result["estimate"] == {"rows": 0}  # no judge peaks
+    checks = {r["id"]: r for r in result["old_check_rows"]}
+    assert checks["h100/L1/T1"]["estimate_bytes"] == admission.estimate_old_check_bytes(big, n)
+    assert result["old_check"]["rows"] == 2
+    assert result["old_check"]["under_1"] == ["h100/L1/T1"]

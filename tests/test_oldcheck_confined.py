@@ -181,3 +181,18 @@ def test_a_shared_scratch_carries_the_old_checks_builds_to_the_workers(tmp_path:
     verdict = kernelgate.verify(REFERENCE, candidate, only=["CMP-01"], scratch=scratch)
     assert verdict.verdict.value in ("verified", "narrowed"), verdict.failed_gates
     assert after_check < {p.name for p in scratch.glob("imported-*")}, "workers ran there too"
+
+
+def test_the_checks_device_peak_is_kept_only_as_a_count_of_bytes() -> None:
+    """The child reports its allocator's device peak for fitting the check's admission
+    estimate; the judge keeps a non-negative int and nothing else under that name."""
+    base = {"status": oldcheck.ACCEPTED, "status_current": oldcheck.ACCEPTED}
+    kept = oldcheck._validated(base | {"device_peak_bytes": 3 << 30})
+    assert kept["device_peak_bytes"] == 3 << 30
+    for bad in (-1, True, "3 GiB", 2.5, None):
+        assert "device_peak_bytes" not in oldcheck._validated(base | {"device_peak_bytes": bad})
+
+
+def test_a_cpu_check_reports_no_device_peak(tmp_path: Path) -> None:
+    result = oldcheck.run_old_check(REFERENCE, _candidate(tmp_path, ""), device="cpu", timeout=30)
+    assert result["status"] == oldcheck.ACCEPTED and "device_peak_bytes" not in result

@@ -94,7 +94,7 @@ def _validated(result: Any) -> dict[str, Any]:
     for key in ("compiled",):
         if isinstance(result.get(key), bool):
             clean[key] = result[key]
-    for key in ("trials", "passed_legacy", "passed_current"):
+    for key in ("trials", "passed_legacy", "passed_current", "device_peak_bytes"):
         if isinstance(result.get(key), int) and not isinstance(result.get(key), bool):
             clean[key] = result[key]
     for key in ("tolerance_legacy", "tolerance_current", "max_abs_diff"):
@@ -103,6 +103,8 @@ def _validated(result: Any) -> dict[str, Any]:
             clean[key] = float(value) if math.isfinite(value) else str(value)
         elif value in ("nan", "inf", "-inf"):
             clean[key] = value
+    if clean.get("device_peak_bytes", 0) < 0:
+        del clean["device_peak_bytes"]
     if clean.get("status") not in (ACCEPTED, REJECTED, ERROR):
         clean["status"] = ERROR
     if clean.get("status_current") not in (ACCEPTED, REJECTED, ERROR):
@@ -342,12 +344,25 @@ def _compare(
     return oks[0], oks[1], worst, None
 
 
+def _device_peak() -> dict[str, int]:
+    """The most device memory this child's PyTorch allocator reserved (the reference's and
+    the candidate's runs together), for fitting admission's estimate of the check
+    (``admission.estimate_old_check_bytes``; ``benchmarks/admission_fit.py``). The candidate
+    runs in this process and can misstate it: no verdict reads it. Empty without a device."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    return {"device_peak_bytes": int(torch.cuda.max_memory_reserved())}
+
+
 def _child(result_fd: int, reference: str, candidate: str, device: str) -> None:
     exit_when_reader_gone(result_fd)  # the judge gone: nobody reads the result
     os.dup2(2, 1)  # candidate prints go to the log, never to the result pipe
     pipe = os.fdopen(result_fd, "w", buffering=1)
 
     def emit(**message: Any) -> None:
+        if isinstance(message.get("result"), dict):
+            message["result"] = message["result"] | _device_peak()
         pipe.write(json.dumps(message) + "\n")
         pipe.flush()
 
