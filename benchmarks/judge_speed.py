@@ -104,8 +104,11 @@ FROM_AUDIT_MEANINGS = {
     "check_s": "the audit judge's own wall time of the KernelBench check (old_check_seconds "
     "of its row), with the audit's other judges running beside it",
     "verdict_s": "the audit judge's launch-to-row wall time (judge_started_s + seconds) minus "
-    "check_s: start-up, contract, every gate, evidence; the verification's worker starts "
-    "during the check, and that overlap is counted in check_s",
+    "check_s and minus admission_wait_s: start-up, contract, every gate, evidence; the "
+    "verification's worker starts during the check, and that overlap is counted in check_s",
+    "admission_wait_s": "seconds the judge waited for device memory before its check and "
+    "before its gates (the row's admission.old_check_waited_s + admission.waited_s): the "
+    "audit's scheduling, in audit_records_per_hour but in neither check_s nor verdict_s",
     "audit_records_per_hour": "judged rows per hour of that same audit's wall time "
     "(summary throughput: judged_per_hour; unreadable and reused rows not counted)",
     "sanitizer_s": "wall time of RES-01's compute-sanitizer runs after the gates (the row's "
@@ -425,8 +428,9 @@ def rows_from_audit(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]
     (``judge_record``), and its row says how long the check took (``old_check_seconds``): the
     check and the verdict of each record are then timed in one run, the audit itself, with
     its judges side by side, and the same audit gives ``audit_records_per_hour``. Nothing
-    is run again. ``verdict_s`` is the judge's launch-to-row time minus the check
-    (``judge_started_s`` + ``seconds`` - ``old_check_seconds``); the verification's worker
+    is run again. ``verdict_s`` is the judge's launch-to-row time minus the check and minus
+    its waits for device memory (``judge_started_s`` + ``seconds`` - ``old_check_seconds`` -
+    ``admission_wait``: the audit's scheduling, not the verdict's work); the verification's worker
     starts while the check runs (``_spawned_ahead``), so what overlaps the check is counted
     once, in the check. Rows whose check was taken from an earlier attempt (a resumed
     judge), or of stores written before ``old_check_seconds`` existed, have no ratio.
@@ -464,6 +468,14 @@ def rows_from_audit(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]
     return rows, audit
 
 
+def admission_wait(stored: dict[str, Any]) -> float:
+    """Seconds a row's judge waited for device memory, before its check and before its
+    gates (0 in CPU mode, or for rows without admission)."""
+    reserved = stored.get("admission") or {}
+    waits = (reserved.get("old_check_waited_s"), reserved.get("waited_s"))
+    return round(sum(float(w) for w in waits if isinstance(w, int | float)), 3)
+
+
 def audit_row(stored: dict[str, Any]) -> dict[str, Any]:
     """One judge_speed row from one audit row (see ``rows_from_audit``)."""
     ids = stored.get("source_ids") or {}
@@ -491,10 +503,11 @@ def audit_row(stored: dict[str, Any]) -> dict[str, Any]:
     sanitizer = (stored.get("sanitizer") or {}).get("seconds")
     row["sanitizer_s"] = round(float(sanitizer), 3) if isinstance(sanitizer, int | float) else 0.0
     check = stored.get("old_check_seconds")
+    row["admission_wait_s"] = admission_wait(stored)
     if row["check_status"] in CHECK_RAN and isinstance(check, int | float):
         row["check_s"] = round(float(check), 3)
         total = float(stored.get("judge_started_s") or 0.0) + float(stored.get("seconds") or 0)
-        row["verdict_s"] = round(max(total - check, 0.0), 3)
+        row["verdict_s"] = round(max(total - check - row["admission_wait_s"], 0.0), 3)
         if check > 0:
             row["ratio"] = round(row["verdict_s"] / check, 4)
             gates_only = max(row["verdict_s"] - row["sanitizer_s"], 0.0)

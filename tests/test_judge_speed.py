@@ -265,6 +265,29 @@ def test_from_audit_reads_check_and_verdict_times_of_one_audit(tmp_path: Path) -
     assert "old_check_seconds" in document["meanings"]["check_s"]
 
 
+def test_waits_for_device_memory_count_in_neither_the_check_nor_the_verdict() -> None:
+    """A judge's waits for admission, before its check and before its gates, are the
+    audit's scheduling: 1 + 20 - 4 - (3 + 4) = 10 s of verdict against a 4 s check."""
+    stored = {
+        "id": "c/L1/T3",
+        "source_ids": {"level": 1, "task": 3},
+        "verdict": "rejected",
+        "old_check": "accepted",
+        "old_check_seconds": 4.0,
+        "judge_started_s": 1.0,
+        "seconds": 20.0,
+        "admission": {"old_check_waited_s": 3.0, "waited_s": 4.0},
+    }
+    row = judge_speed.audit_row(stored)
+    assert row["admission_wait_s"] == 7.0
+    assert (row["check_s"], row["verdict_s"], row["ratio"]) == (4.0, 10.0, 2.5)
+    # a row from before the two phases: one wait, before the check
+    stored["admission"] = {"waited_s": 2.5}
+    assert judge_speed.audit_row(stored)["verdict_s"] == 14.5
+    del stored["admission"]  # CPU mode: nothing to wait for
+    assert judge_speed.audit_row(stored)["verdict_s"] == 17.0
+
+
 def test_from_audit_errors_are_clear(tmp_path: Path) -> None:
     from rich.console import Console
 
