@@ -5,8 +5,9 @@ on what. Every judge stamps its phases (start, old check, each gate's start and 
 inside a gate, each oracle evaluation, honest run, magnitude run and candidate call. This
 sums, over every record of an audit folder:
 
-- ``phases``: the KernelBench check, from its end to the first gate (loading the candidate,
-  deriving the contract), and the gates;
+- ``phases``: the waits for device memory (``admission wait``, before the check and before the
+  gates), the KernelBench check, from its end to the first gate less the gates' wait (loading
+  the candidate, deriving the contract), and the gates;
 - ``gates``: each gate's total seconds, the part its logged steps account for, and the rest
   (``unlogged``: the judge's own arithmetic on outputs, input draws, transfers): where that
   is large, the judge itself, not the oracle or the candidate, is the cost;
@@ -36,6 +37,8 @@ console = Console()
 
 STAMP = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) (.*)$")
 STEP = re.compile(r"^(\S+) (.+?) \[.*\] (\d+\.\d+) s$")
+# the judge's admission (audit/judge.py ``device_admission``): one line a phase it reserved for
+ADMITTED = re.compile(r"^admitted for the (old check|gates): [\d.]+ GiB reserved after ([\d.]+) s$")
 GATE_END = re.compile(r"^(\S+) (pass|fail|skipped|narrowed)\b.*\((\d+\.\d+) s\)$")
 
 
@@ -51,7 +54,12 @@ def split_log(lines: list[str]) -> dict[str, Any]:
     steps: Counter[tuple[str, str]] = Counter()
     counts: Counter[tuple[str, str]] = Counter()
     check_start = check_end = first_gate = None
+    gates_wait = 0.0
     for at, text in events:
+        if admitted := ADMITTED.match(text):
+            phases["admission wait"] += float(admitted.group(2))
+            if admitted.group(1) == "gates":
+                gates_wait = float(admitted.group(2))
         if text.startswith("old check ..."):
             check_start = at
         elif text.startswith("old check ") and check_end is None:
@@ -67,7 +75,8 @@ def split_log(lines: list[str]) -> dict[str, Any]:
     if check_start is not None and check_end is not None:
         phases["old check"] += check_end - check_start
         if first_gate is not None:
-            phases["check end to first gate"] += first_gate - check_end
+            # less the wait for the gates' reservation, which lies in between
+            phases["check end to first gate"] += first_gate - check_end - gates_wait
     return {"phases": phases, "gates": gates, "steps": steps, "counts": counts}
 
 

@@ -49,6 +49,27 @@ def test_a_log_splits_into_check_load_and_each_gates_logged_and_unlogged_time(
     assert steps[("CMP-01", "honest")] == 1 and steps[("EXC-02", "expected")] == 1
 
 
+def test_the_waits_for_device_memory_are_a_phase_of_their_own(tmp_path: Path) -> None:
+    """Two-phase admission: the wait before the check precedes it, the wait for the gates'
+    reservation lies between the check's end and the first gate and is taken out there."""
+    log = LOG.replace(
+        "18:29:00.580 old check ...",
+        "18:29:00.000 admitted for the old check: 4.1 GiB reserved after 2.5 s\n"
+        "18:29:00.580 old check ...",
+    ).replace(
+        "18:29:54.284 CMP-01 started",
+        "18:29:50.000 admitted for the gates: 36.0 GiB reserved after 10.0 s\n"
+        "18:29:54.284 CMP-01 started",
+    )
+    record = tmp_path / "records" / "h100_L1_T9-0"
+    record.mkdir(parents=True)
+    (record / "judge.log").write_text(log)
+    phases = split.split_audit(tmp_path)["phases_s"]
+    assert phases["admission wait"] == pytest.approx(12.5)
+    assert phases["old check"] == pytest.approx(37.7, abs=0.05)
+    assert phases["check end to first gate"] == pytest.approx(6.0, abs=0.05)
+
+
 def test_a_folder_without_judge_logs_says_what_to_name(tmp_path: Path) -> None:
     with pytest.raises(typer.BadParameter, match=re.escape("records/*/judge.log")):
         split.split_audit(tmp_path)
