@@ -1,7 +1,7 @@
 """How an audit's wall time depends on admission, replayed from the rows of a real audit.
 
 Device time is scarce, so admission policies are compared here first, on what an audit
-measured: each judged row's own duration (``seconds`` less the admission wait), the part of
+measured: each judged row's own duration (``seconds`` less its admission waits), the part of
 it the KernelBench check took (``judge_started_s`` + ``old_check_seconds``) and its reference's
 sizes (``admission.elements`` / ``work_elements``), from which today's model
 (``audit/admission.py``) gives each phase's reservation. A discrete-event replay then runs
@@ -69,7 +69,7 @@ def records_of(store: Path) -> list[Record]:
         if row.get("verdict") == "unreadable" or "elements" not in sizes:
             continue
         elements, work = sizes["elements"], int(sizes.get("work_elements") or 0)
-        seconds = max(0.0, float(row.get("seconds") or 0.0) - float(sizes.get("waited_s") or 0.0))
+        seconds = max(0.0, float(row.get("seconds") or 0.0) - admission.row_waited_seconds(row))
         check = (row.get("judge_started_s") or 0.0) + (row.get("old_check_seconds") or 0.0)
         check = min(seconds, float(check))
         records.append(

@@ -61,7 +61,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from kernelgate.audit import judge, oldcheck
+from kernelgate.audit import admission, judge, oldcheck
 from kernelgate.audit.store import STORE_NAME, ResultStore
 from kernelgate.errors import KernelgateError
 from kernelgate.evidence_io import write_atomic
@@ -430,10 +430,11 @@ def rows_from_audit(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]
     its judges side by side, and the same audit gives ``audit_records_per_hour``. Nothing
     is run again. ``verdict_s`` is the judge's launch-to-row time minus the check and minus
     its waits for device memory (``judge_started_s`` + ``seconds`` - ``old_check_seconds`` -
-    ``admission_wait``: the audit's scheduling, not the verdict's work); the verification's worker
-    starts while the check runs (``_spawned_ahead``), so what overlaps the check is counted
-    once, in the check. Rows whose check was taken from an earlier attempt (a resumed
-    judge), or of stores written before ``old_check_seconds`` existed, have no ratio.
+    ``admission.row_waited_seconds``: the audit's scheduling, not the verdict's work); the
+    verification's worker starts while the check runs (``_spawned_ahead``), so what overlaps
+    the check is counted once, in the check. Rows whose check was taken from an earlier
+    attempt (a resumed judge), or of stores written before ``old_check_seconds`` existed,
+    have no ratio.
     """
     from kernelgate.audit import report
 
@@ -468,14 +469,6 @@ def rows_from_audit(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]
     return rows, audit
 
 
-def admission_wait(stored: dict[str, Any]) -> float:
-    """Seconds a row's judge waited for device memory, before its check and before its
-    gates (0 in CPU mode, or for rows without admission)."""
-    reserved = stored.get("admission") or {}
-    waits = (reserved.get("old_check_waited_s"), reserved.get("waited_s"))
-    return round(sum(float(w) for w in waits if isinstance(w, int | float)), 3)
-
-
 def audit_row(stored: dict[str, Any]) -> dict[str, Any]:
     """One judge_speed row from one audit row (see ``rows_from_audit``)."""
     ids = stored.get("source_ids") or {}
@@ -503,7 +496,7 @@ def audit_row(stored: dict[str, Any]) -> dict[str, Any]:
     sanitizer = (stored.get("sanitizer") or {}).get("seconds")
     row["sanitizer_s"] = round(float(sanitizer), 3) if isinstance(sanitizer, int | float) else 0.0
     check = stored.get("old_check_seconds")
-    row["admission_wait_s"] = admission_wait(stored)
+    row["admission_wait_s"] = admission.row_waited_seconds(stored)
     if row["check_status"] in CHECK_RAN and isinstance(check, int | float):
         row["check_s"] = round(float(check), 3)
         total = float(stored.get("judge_started_s") or 0.0) + float(stored.get("seconds") or 0)

@@ -45,7 +45,13 @@ def test_the_rows_become_phases_with_todays_estimates(tmp_path: Path) -> None:
             {"id": "cpu", "verdict": "rejected", "seconds": 5.0},  # no admission sizes
         ],
     )
-    (record,) = sim.records_of(store)
+    two_phase = _row("b", 100.0, 40.0, 1 << 28)
+    two_phase["seconds"] += 12.0  # waited 5 s before its check and 7 s before its gates
+    two_phase["admission"] |= {"old_check_waited_s": 5.0, "waited_s": 7.0}
+    with sqlite3.connect(store) as db:
+        db.execute("INSERT INTO rows VALUES (?, ?, ?)", ("b", 3, json.dumps(two_phase)))
+    record, both = sim.records_of(store)
+    assert both.id == "b" and both.gates.seconds == pytest.approx(60.0), "both waits left out"
     assert record.id == "a"
     assert record.check.seconds == pytest.approx(40.0)
     assert record.gates.seconds == pytest.approx(60.0), "the wait is not judge time"

@@ -118,6 +118,16 @@ def estimate_old_check_bytes(elements: int | None, work_elements: int = 0) -> in
     return min(full, check)
 
 
+def row_waited_seconds(row: dict[str, Any]) -> float:
+    """Seconds an audit row's judge waited for device memory: before its check and before
+    its gates (the row's ``admission.old_check_waited_s`` and ``waited_s``, written by
+    ``judge.device_admission``); 0 in CPU mode or for rows without admission. Part of the
+    row's ``seconds``, but the audit's scheduling, not the judge's work."""
+    reserved = row.get("admission") or {}
+    waits = (reserved.get("old_check_waited_s"), reserved.get("waited_s"))
+    return round(sum(float(w) for w in waits if isinstance(w, int | float)), 3)
+
+
 def held_device_bytes(elements: int | None) -> int:
     """What a judge keeps on the device from one oracle run to the next for a reference of
     ``elements`` tensor elements: its cases' results (``RESULTS_DEVICE_KEPT_BYTES``) and
